@@ -1,0 +1,60 @@
+// The GP-mean gradient estimator: mu(x) = G^T (K + sigma^2 I)^-1 k(X, x).
+//
+// The GP treats the d gradient coordinates as independent outputs that share
+// one kernel over the history points, so mu(x) is a weighted sum of history
+// gradients with weights from a T0 x T0 Cholesky solve. The factor is kept;
+// no inverse is formed.
+#pragma once
+
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "optex/gradient_history.hpp"
+#include "optex/kernel.hpp"
+#include "optex/options.hpp"
+
+namespace optex {
+
+// The scalar every input is divided by before the kernel sees it.
+double input_scale(const GradientHistory& history, InputScaling scaling);
+
+// out = K + (noise + jitter) I over the history, with K_ij = k(dist_ij / (scale * lengthscale)).
+void covariance_matrix(const GradientHistory& history, Kernel kernel, double scaled_lengthscale,
+                       double diagonal, Eigen::MatrixXd& out);
+
+class GpGradientEstimator {
+ public:
+  GpGradientEstimator(Kernel kernel, double noise, InputScaling scaling, std::size_t capacity);
+
+  // Factorises the covariance of the current history. Jitter escalates by
+  // decades from 0 up to 1e-2 while the factorisation reports a non-positive
+  // pivot; beyond that it throws std::runtime_error.
+  void fit(const GradientHistory& history, double lengthscale);
+
+  // Writes mu(x) into out (size dim). Requires fit() on this same history.
+  void predict(const GradientHistory& history, std::span<const float> x, std::span<float> out);
+
+  // The weights of the last predict(): mu = sum_j weights[j] * g_j.
+  std::span<const double> weights() const { return {weights_.data(), fitted_size_}; }
+  double jitter() const { return jitter_; }
+  double scale() const { return scale_; }
+  std::size_t fitted_size() const { return fitted_size_; }
+
+ private:
+  Kernel kernel_;
+  double noise_;
+  InputScaling scaling_;
+  double lengthscale_ = 1.0;
+  double scale_ = 1.0;
+  double jitter_ = 0.0;
+  std::size_t fitted_size_ = 0;
+  Eigen::MatrixXd covariance_;
+  Eigen::LLT<Eigen::MatrixXd> cholesky_;
+  std::vector<double> distances_;  // squared, then the kernel vector
+  Eigen::VectorXd weights_;
+};
+
+}  // namespace optex

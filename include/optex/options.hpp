@@ -1,0 +1,104 @@
+// Everything that configures an OptEx run besides the base optimizer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "optex/kernel.hpp"
+
+namespace optex {
+
+// What the proxy steps use as the gradient at the points they have not evaluated.
+enum class Proxy {
+  // GP mean over the history: the OptEx algorithm.
+  gp,
+  // The true gradient, evaluated sequentially by a gradient oracle: N true
+  // sequential steps per round. Not an algorithm one would deploy; the upper
+  // bound the benchmarks compare against ("Target" in the paper).
+  target,
+  // The most recent true gradient in the history (an ablation: no model).
+  last_gradient,
+};
+
+// How history and query points are scaled before the kernel sees them.
+enum class InputScaling {
+  // Raw coordinates: the lengthscale is a distance in parameter space.
+  none,
+  // The authors' code: divide by the mean over history of sqrt(||x_j||).
+  reference_mean_sqrt_norm,
+};
+
+// How the engine chooses the lengthscale.
+enum class LengthscaleSelection {
+  // Keep `Options::lengthscale`.
+  fixed,
+  // Closed-form leave-one-out error of the GP mean, over a grid.
+  leave_one_out,
+  // Log marginal likelihood of the history gradients, over a grid.
+  marginal_likelihood,
+};
+
+// What the proxy steps do while the history holds fewer than two points.
+enum class Warmup {
+  // The reference: predict a zero gradient, and still advance the optimizer
+  // state (Adam's step counter grows, its moments decay).
+  zero_gradient,
+  // Use the last history gradient as the prediction when the history holds
+  // one point (or more), and put every point at the iterate without touching
+  // the optimizer state while it holds none.
+  last_gradient,
+};
+
+struct Options {
+  int parallelism = 4;  // N: points evaluated per iteration (one per worker)
+  int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps
+
+  Kernel kernel = Kernel::matern52;
+  // Lengthscale in the units of the scaled inputs. With selection enabled it is
+  // the starting value, and the grid is relative to the history's median distance.
+  double lengthscale = 0.1;
+  double noise = 1e-3;  // sigma^2 added to the Gram matrix diagonal
+  InputScaling input_scaling = InputScaling::none;
+  Warmup warmup = Warmup::last_gradient;
+
+  LengthscaleSelection lengthscale_selection = LengthscaleSelection::leave_one_out;
+  int selection_interval = 1;  // re-select every this many iterations
+  // Candidate lengthscales as multiples of the median pairwise history distance
+  // (after input scaling). Empty means the built-in grid.
+  std::vector<double> lengthscale_grid;
+
+  Proxy proxy = Proxy::gp;
+  std::uint64_t seed = 0;  // drives the per-point seeds handed to stochastic objectives
+
+  // The authors' reference semantics (optex_jax/OptEx_JAX.py): Matern-5/2,
+  // lengthscale 0.1 on inputs divided by mean sqrt(||x_j||), noise 1e-3,
+  // T0 = 50, zero gradient before two history points, no selection.
+  static Options reference(int parallelism = 5) {
+    Options o;
+    o.parallelism = parallelism;
+    o.history = 50;
+    o.kernel = Kernel::matern52;
+    o.lengthscale = 0.1;
+    o.noise = 1e-3;
+    o.input_scaling = InputScaling::reference_mean_sqrt_norm;
+    o.warmup = Warmup::zero_gradient;
+    o.lengthscale_selection = LengthscaleSelection::fixed;
+    return o;
+  }
+
+  // Throws std::invalid_argument naming the first bad field and its value.
+  void validate() const;
+};
+
+// When `minimize` stops. Whichever criterion is met first wins.
+struct Stop {
+  long max_iters = 1000;
+  // Stop once a round's loss (at its last point) is <= this.
+  double target_loss = -1e300;
+  // Stop once the committed gradient's Euclidean norm is <= this.
+  double grad_tol = 0.0;
+
+  void validate() const;
+};
+
+}  // namespace optex

@@ -1,0 +1,31 @@
+// A terminal progress bar, used as a minimize() callback:
+//   optex::minimize(f, x0, opt, options, stop, optex::ProgressBar(stop.max_iters));
+// It draws only when the stream is a terminal (or when forced), so logs and
+// CI output stay clean.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+
+#include "optex/iteration_info.hpp"
+
+namespace optex {
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::int64_t total_iterations);
+  // Draws on `out` whatever it is (for tests and for redirected logs).
+  ProgressBar(std::int64_t total_iterations, std::ostream& out);
+
+  // Never asks to stop.
+  bool operator()(const IterationInfo& info);
+
+ private:
+  std::int64_t total_;
+  std::ostream* out_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace optex

@@ -1,0 +1,84 @@
+#include "optex/gp_estimator.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "optex/streaming.hpp"
+
+namespace optex {
+
+double input_scale(const GradientHistory& history, InputScaling scaling) {
+  if (scaling == InputScaling::none || history.empty()) return 1.0;
+  // The authors' code: mean over history of sqrt(||x_j||).
+  double sum = 0.0;
+  for (std::size_t j = 0; j < history.size(); ++j) sum += std::sqrt(std::sqrt(history.squared_norm(j)));
+  const double scale = sum / static_cast<double>(history.size());
+  return scale > 0.0 ? scale : 1.0;  // every point at the origin: nothing to scale
+}
+
+void covariance_matrix(const GradientHistory& history, Kernel kernel, double scaled_lengthscale,
+                       double diagonal, Eigen::MatrixXd& out) {
+  const auto n = static_cast<Eigen::Index>(history.size());
+  out.resize(n, n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    out(i, i) = 1.0 + diagonal;
+    for (Eigen::Index j = 0; j < i; ++j) {
+      const double r = std::sqrt(history.squared_distance(static_cast<std::size_t>(i),
+                                                          static_cast<std::size_t>(j))) /
+                       scaled_lengthscale;
+      out(i, j) = out(j, i) = kernel_value(kernel, r);
+    }
+  }
+}
+
+GpGradientEstimator::GpGradientEstimator(Kernel kernel, double noise, InputScaling scaling,
+                                         std::size_t capacity)
+    : kernel_(kernel),
+      noise_(noise),
+      scaling_(scaling),
+      covariance_(capacity, capacity),
+      cholesky_(static_cast<Eigen::Index>(capacity)),
+      distances_(capacity),
+      weights_(static_cast<Eigen::Index>(capacity)) {}
+
+void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale) {
+  lengthscale_ = lengthscale;
+  scale_ = input_scale(history, scaling_);
+  fitted_size_ = history.size();
+  if (fitted_size_ == 0) return;
+  for (double jitter = 0.0; jitter <= 1e-2; jitter = jitter == 0.0 ? 1e-10 : jitter * 10.0) {
+    covariance_matrix(history, kernel_, scale_ * lengthscale_, noise_ + jitter, covariance_);
+    cholesky_.compute(covariance_);
+    if (cholesky_.info() == Eigen::Success) {
+      jitter_ = jitter;
+      return;
+    }
+  }
+  fitted_size_ = 0;
+  std::ostringstream msg;
+  msg << "gp estimator: Cholesky failed even with jitter 1e-2 (lengthscale " << lengthscale
+      << ", noise " << noise_ << ", history " << history.size() << ")";
+  throw std::runtime_error(msg.str());
+}
+
+void GpGradientEstimator::predict(const GradientHistory& history, std::span<const float> x,
+                                  std::span<float> out) {
+  const std::size_t n = fitted_size_;
+  const std::size_t d = history.dim();
+  if (n == 0 || n != history.size()) {
+    throw std::logic_error("gp estimator: predict() needs fit() on the current history");
+  }
+  // Pass 1 over X: distances to every history point, then the kernel vector.
+  streaming::squared_distances(history.points_data(), n, d, x.data(), distances_.data());
+  const double inv = 1.0 / (scale_ * lengthscale_);
+  auto k = weights_.head(static_cast<Eigen::Index>(n));
+  for (std::size_t j = 0; j < n; ++j) {
+    k[static_cast<Eigen::Index>(j)] = kernel_value(kernel_, std::sqrt(distances_[j]) * inv);
+  }
+  cholesky_.solveInPlace(k);  // weights = (K + sigma^2 I)^-1 k(X, x)
+  // Pass 2 over G: the weighted sum of history gradients.
+  streaming::weighted_sum(history.gradients_data(), n, d, weights_.data(), out.data());
+}
+
+}  // namespace optex
