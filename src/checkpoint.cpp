@@ -69,7 +69,7 @@ class Reader {
     const auto count = get<std::uint64_t>();
     if (count > max_count || count > (size_ - pos_) / sizeof(T)) fail("an array length is out of range");
     std::vector<T> v(static_cast<std::size_t>(count));
-    std::memcpy(v.data(), data_ + pos_, v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), data_ + pos_, v.size() * sizeof(T));
     pos_ += v.size() * sizeof(T);
     return v;
   }

@@ -157,6 +157,11 @@ const IterationInfo& Engine::tell(Batch& batch) {
     throw std::runtime_error("tell: no pending batch (iteration " + std::to_string(iteration_) +
                              "): call ask() first; tell() commits each batch once");
   }
+  if (batch.iteration_ != iteration_) {
+    throw std::invalid_argument("batch: it belongs to iteration " +
+                                std::to_string(batch.iteration_) + ", the pending iteration is " +
+                                std::to_string(iteration_));
+  }
   return commit(batch);
 }
 
@@ -176,8 +181,13 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
     throw std::invalid_argument("losses: size " + std::to_string(losses.size()) +
                                 " does not match N = " + std::to_string(n));
   }
-  std::copy(gradients.begin(), gradients.end(), batch_.grads_.begin());
-  std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
+  // Bindings may hand the batch's own buffers back: copying onto itself is not allowed.
+  if (gradients.data() != batch_.grads_.data()) {
+    std::copy(gradients.begin(), gradients.end(), batch_.grads_.begin());
+  }
+  if (losses.data() != batch_.losses_.data()) {
+    std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
+  }
   return commit(batch_);
 }
 

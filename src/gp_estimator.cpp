@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "optex/streaming.hpp"
 
@@ -40,12 +41,17 @@ GpGradientEstimator::GpGradientEstimator(Kernel kernel, double noise, InputScali
       covariance_(capacity, capacity),
       cholesky_(static_cast<Eigen::Index>(capacity)),
       distances_(capacity),
-      weights_(static_cast<Eigen::Index>(capacity)) {}
+      weights_(static_cast<Eigen::Index>(capacity)) {
+  if (!std::isfinite(noise) || noise < 0.0) {
+    throw std::invalid_argument("noise: must be finite and >= 0, got " + std::to_string(noise));
+  }
+}
 
 void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale) {
   lengthscale_ = lengthscale;
   scale_ = input_scale(history, scaling_);
   fitted_size_ = history.size();
+  fitted_version_ = history.version();
   if (fitted_size_ == 0) return;
   for (double jitter = 0.0; jitter <= 1e-2; jitter = jitter == 0.0 ? 1e-10 : jitter * 10.0) {
     covariance_matrix(history, kernel_, scale_ * lengthscale_, noise_ + jitter, covariance_);
@@ -66,7 +72,7 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
                                   std::span<float> out) {
   const std::size_t n = fitted_size_;
   const std::size_t d = history.dim();
-  if (n == 0 || n != history.size()) {
+  if (n == 0 || n != history.size() || fitted_version_ != history.version()) {
     throw std::logic_error("gp estimator: predict() needs fit() on the current history");
   }
   // Pass 1 over X: distances to every history point, then the kernel vector.

@@ -31,6 +31,7 @@ void GradientHistory::push(std::span<const float> point, std::span<const float> 
   std::copy(gradient.begin(), gradient.end(),
             gradients_.begin() + static_cast<std::ptrdiff_t>(slot * dim_));
   next_ = (next_ + 1) % capacity_;
+  ++version_;
   if (size_ < capacity_) ++size_;
 
   // Only row and column `slot` change: one pass over the points and one over

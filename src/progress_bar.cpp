@@ -18,6 +18,10 @@ ProgressBar::ProgressBar(std::int64_t total_iterations)
 ProgressBar::ProgressBar(std::int64_t total_iterations, std::ostream& out)
     : total_(total_iterations), out_(&out), enabled_(true), start_(std::chrono::steady_clock::now()) {}
 
+ProgressBar::~ProgressBar() {
+  if (line_open_) *out_ << std::endl;
+}
+
 bool ProgressBar::operator()(const IterationInfo& info) {
   if (!enabled_) return false;
   constexpr int kWidth = 30;
@@ -34,7 +38,8 @@ bool ProgressBar::operator()(const IterationInfo& info) {
                 seconds);
   *out_ << '\r' << '[' << std::string(static_cast<std::size_t>(filled), '#')
         << std::string(static_cast<std::size_t>(kWidth - filled), ' ') << line;
-  if (info.iteration >= total_) *out_ << '\n';
+  line_open_ = info.iteration < total_;
+  if (!line_open_) *out_ << '\n';
   out_->flush();
   return false;
 }

@@ -9,6 +9,7 @@
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -27,6 +28,7 @@ void covariance_matrix(const GradientHistory& history, Kernel kernel, double sca
 
 class GpGradientEstimator {
  public:
+  // Throws std::invalid_argument for a negative or non-finite noise.
   GpGradientEstimator(Kernel kernel, double noise, InputScaling scaling, std::size_t capacity);
 
   // Factorises the covariance of the current history. Jitter escalates by
@@ -51,6 +53,7 @@ class GpGradientEstimator {
   double scale_ = 1.0;
   double jitter_ = 0.0;
   std::size_t fitted_size_ = 0;
+  std::uint64_t fitted_version_ = 0;  // GradientHistory::version() at the last fit
   Eigen::MatrixXd covariance_;
   Eigen::LLT<Eigen::MatrixXd> cholesky_;
   std::vector<double> distances_;  // squared, then the kernel vector

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -29,6 +30,8 @@ class GradientHistory {
   // Valid slots are always 0 .. size()-1 (the buffer fills from slot 0).
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  // Bumped by every push: lets a fit tell whether it still matches the history.
+  std::uint64_t version() const { return version_; }
   std::size_t newest_slot() const { return (next_ + capacity_ - 1) % capacity_; }
 
   std::span<const float> point(std::size_t slot) const {
@@ -41,7 +44,7 @@ class GradientHistory {
   const float* points_data() const { return points_.data(); }
   const float* gradients_data() const { return gradients_.data(); }
 
-  // ||x_i - x_j||^2, ||x_i||^2 and <g_i, g_j>, accumulated in double.
+  // ||x_i - x_j||^2, ||x_i||^2 and <g_i, g_j> (see streaming.hpp for the accumulation).
   double squared_distance(std::size_t i, std::size_t j) const {
     return squared_distances_[i * capacity_ + j];
   }
@@ -57,6 +60,7 @@ class GradientHistory {
   std::size_t dim_;
   std::size_t size_ = 0;
   std::size_t next_ = 0;  // slot the next push writes
+  std::uint64_t version_ = 0;
   std::vector<float> points_;
   std::vector<float> gradients_;
   std::vector<double> squared_distances_;  // capacity x capacity

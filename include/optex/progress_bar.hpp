@@ -17,6 +17,10 @@ class ProgressBar {
   explicit ProgressBar(std::int64_t total_iterations);
   // Draws on `out` whatever it is (for tests and for redirected logs).
   ProgressBar(std::int64_t total_iterations, std::ostream& out);
+  // Ends the line if a run stopped before the total (target reached, callback).
+  ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
 
   // Never asks to stop.
   bool operator()(const IterationInfo& info);
@@ -25,6 +29,7 @@ class ProgressBar {
   std::int64_t total_;
   std::ostream* out_;
   bool enabled_;
+  bool line_open_ = false;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -1,0 +1,494 @@
+// Checkpoints: a restored run continues bit-identically (DESIGN.md section 6),
+// and a missing, truncated, corrupted or foreign file is refused with a clear
+// std::runtime_error that leaves any existing engine alone.
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "optex/batch.hpp"
+#include "optex/engine.hpp"
+#include "optex/kernel.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/options.hpp"
+#include "optex/random.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using optex::Adam;
+using optex::Batch;
+using optex::Engine;
+using optex::IterationInfo;
+using optex::Optimizer;
+using optex::OptimizerState;
+using optex::Options;
+using optex::Sgd;
+using ::testing::HasSubstr;
+
+// ---- helpers ------------------------------------------------------------------
+
+// A non-quadratic objective with coupled coordinates.
+double Objective(std::span<const float> x, std::span<float> g) {
+  const std::size_t d = x.size();
+  double f = 0.0;
+  for (std::size_t i = 0; i < d; ++i) {
+    const double xi = x[i];
+    const double next = i + 1 < d ? static_cast<double>(x[i + 1]) : 0.0;
+    const double prev = i > 0 ? static_cast<double>(x[i - 1]) : 0.0;
+    f += (1.0 + static_cast<double>(i % 3)) * xi * xi + 0.05 * xi * xi * xi * xi + 0.3 * xi * next;
+    g[i] = static_cast<float>(2.0 * (1.0 + static_cast<double>(i % 3)) * xi + 0.2 * xi * xi * xi +
+                              0.3 * (prev + next));
+  }
+  return f;
+}
+
+std::vector<float> Start(std::size_t d, std::uint64_t seed) {
+  optex::SplitMix64 rng(seed);
+  std::vector<float> x(d);
+  for (float& v : x) v = static_cast<float>(rng.uniform(-1.5, 1.5));
+  return x;
+}
+
+bool SameBits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+bool SameState(const OptimizerState& a, const OptimizerState& b) {
+  return a.step == b.step && SameBits(a.first_moment, b.first_moment) &&
+         SameBits(a.second_moment, b.second_moment);
+}
+
+// Every observable part of two engines agrees bit for bit.
+::testing::AssertionResult SameEngine(const Engine& a, const Engine& b) {
+  if (!SameBits(a.iterate(), b.iterate())) return ::testing::AssertionFailure() << "iterate";
+  if (!SameState(a.optimizer_state(), b.optimizer_state())) {
+    return ::testing::AssertionFailure() << "optimizer state";
+  }
+  if (!SameBits(a.lengthscale(), b.lengthscale())) {
+    return ::testing::AssertionFailure()
+           << "lengthscale " << a.lengthscale() << " vs " << b.lengthscale();
+  }
+  if (a.rng_state() != b.rng_state()) return ::testing::AssertionFailure() << "rng state";
+  if (a.iteration() != b.iteration()) return ::testing::AssertionFailure() << "iteration";
+  if (a.evaluations() != b.evaluations()) return ::testing::AssertionFailure() << "evaluations";
+  if (a.pending() != b.pending()) return ::testing::AssertionFailure() << "pending";
+  const auto& ha = a.history();
+  const auto& hb = b.history();
+  if (ha.size() != hb.size() || ha.newest_slot() != hb.newest_slot()) {
+    return ::testing::AssertionFailure() << "history size or ring position";
+  }
+  for (std::size_t j = 0; j < ha.size(); ++j) {
+    if (!SameBits(ha.point(j), hb.point(j)) || !SameBits(ha.gradient(j), hb.gradient(j))) {
+      return ::testing::AssertionFailure() << "history slot " << j;
+    }
+    for (std::size_t k = 0; k < ha.size(); ++k) {
+      if (!SameBits(ha.squared_distance(j, k), hb.squared_distance(j, k)) ||
+          !SameBits(ha.gradient_inner(j, k), hb.gradient_inner(j, k))) {
+        return ::testing::AssertionFailure() << "history Gram entry " << j << ", " << k;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void Step(Engine& e) {
+  Batch& b = e.ask();
+  for (int i = 0; i < b.size(); ++i) b.loss(i) = Objective(b.point(i), b.grad(i));
+  e.tell(b);
+}
+
+std::vector<char> ReadBytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void WriteBytes(const fs::path& p, const std::vector<char>& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The layout of src/checkpoint.cpp: 8-byte magic, u32 version, u64 payload
+// size, payload, u64 FNV-1a of the payload.
+constexpr std::size_t kHeader = 8 + 4 + 8;
+constexpr std::size_t kTrailer = 8;
+
+// Recomputes the checksum after a deliberate edit of the payload.
+void FixChecksum(std::vector<char>& bytes) {
+  const std::uint64_t sum =
+      optex::fnv1a64(reinterpret_cast<const unsigned char*>(bytes.data()) + kHeader,
+                     bytes.size() - kHeader - kTrailer);
+  std::memcpy(bytes.data() + bytes.size() - kTrailer, &sum, sizeof sum);
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("optex_test_checkpoint_" + std::to_string(::getpid()) +
+                                        "_" + info->name() + "_" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    ASSERT_TRUE(fs::create_directories(dir_));
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A saved engine a few iterations in, its file's bytes, and the engine.
+  std::vector<char> SavedBytes(Engine& e, const std::string& name) {
+    const std::string p = Path(name);
+    e.save(p);
+    return ReadBytes(p);
+  }
+
+  // Expects load() of `bytes` to throw std::runtime_error mentioning `needle`,
+  // with `existing` untouched by the failed assignment.
+  void ExpectLoadFails(const std::vector<char>& bytes, const std::string& needle) {
+    const std::string p = Path("bad_" + std::to_string(bad_files_++) + ".ckpt");
+    WriteBytes(p, bytes);
+    ExpectLoadFailsAt(p, needle);
+  }
+  void ExpectLoadFailsAt(const std::string& p, const std::string& needle) {
+    Engine existing(Start(6, 1), Adam{.lr = 0.05}, Options{});
+    Step(existing);
+    Step(existing);
+    Engine twin(Start(6, 1), Adam{.lr = 0.05}, Options{});
+    Step(twin);
+    Step(twin);
+    try {
+      existing = Engine::load(p);
+      ADD_FAILURE() << "load() accepted a bad file (" << needle << ")";
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(needle));
+      EXPECT_THAT(e.what(), HasSubstr("checkpoint"));
+    }
+    EXPECT_TRUE(SameEngine(existing, twin));
+    // It still runs.
+    Step(existing);
+    Step(twin);
+    EXPECT_TRUE(SameEngine(existing, twin));
+  }
+
+  fs::path dir_;
+  int bad_files_ = 0;
+};
+
+// ---- round trips ------------------------------------------------------------------
+
+struct RoundTrip {
+  std::string name;
+  Optimizer optimizer;
+  bool reference;
+  int history;
+  int before;  // iterations before the save
+  optex::LengthscaleSelection selection = optex::LengthscaleSelection::leave_one_out;
+  int selection_interval = 1;
+  optex::Proxy proxy = optex::Proxy::gp;
+  std::vector<double> grid = {};
+  optex::Kernel kernel = optex::Kernel::matern52;
+};
+
+Options OptionsOf(const RoundTrip& c) {
+  Options o = c.reference ? Options::reference(4) : Options{};
+  o.parallelism = 4;
+  o.history = c.history;
+  o.seed = 2718;
+  if (!c.reference) {
+    o.lengthscale_selection = c.selection;
+    o.selection_interval = c.selection_interval;
+  }
+  o.proxy = c.proxy;
+  if (!c.grid.empty()) o.lengthscale_grid = c.grid;
+  if (!c.reference) o.kernel = c.kernel;
+  return o;
+}
+
+std::vector<RoundTrip> RoundTrips() {
+  const Optimizer sgd = Sgd{.lr = 0.02, .momentum = 0.9, .nesterov = true};
+  const Optimizer adam = Adam{.lr = 0.03};
+  using optex::LengthscaleSelection;
+  // history 6 with N = 4: the ring has wrapped after two iterations.
+  return {
+      {"sgd_default_wrapped", sgd, false, 6, 5},
+      {"sgd_plain_wrapped", Sgd{.lr = 0.02}, false, 6, 5},
+      {"adamw_reference_wrapped", optex::adamw(0.03, 0.1), true, 6, 5},
+      {"sgd_default_not_full", sgd, false, 50, 3},
+      {"adam_default_wrapped", adam, false, 6, 5},
+      {"adam_default_not_full", adam, false, 50, 3},
+      {"sgd_reference_wrapped", sgd, true, 6, 5},
+      {"sgd_reference_not_full", sgd, true, 50, 3},
+      {"adam_reference_wrapped", adam, true, 6, 5},
+      {"adam_reference_not_full", adam, true, 50, 3},
+      {"adam_fresh", adam, false, 32, 0},
+      {"adam_after_warmup", adam, false, 32, 1},
+      // The saved lengthscale is used between selections.
+      {"adam_selection_every_3", adam, false, 10, 4, LengthscaleSelection::leave_one_out, 3},
+      {"adam_marginal_likelihood", adam, false, 10, 4, LengthscaleSelection::marginal_likelihood},
+      {"sgd_target", sgd, false, 8, 3, LengthscaleSelection::leave_one_out, 1,
+       optex::Proxy::target},
+      {"adam_last_gradient", adam, false, 8, 3, LengthscaleSelection::leave_one_out, 1,
+       optex::Proxy::last_gradient},
+      // A custom selection grid and another kernel travel with the options.
+      {"adam_custom_grid_rbf",
+       adam,
+       false,
+       10,
+       4,
+       LengthscaleSelection::leave_one_out,
+       1,
+       optex::Proxy::gp,
+       {0.3, 1.0, 3.0},
+       optex::Kernel::rbf},
+  };
+}
+
+TEST_F(Checkpoint, ARestoredRunContinuesBitIdentically) {
+  constexpr int kAfter = 6;
+  for (const RoundTrip& c : RoundTrips()) {
+    SCOPED_TRACE(c.name);
+    const Options o = OptionsOf(c);
+    const std::vector<float> x0 = Start(12, 9);
+    Engine uninterrupted(x0, c.optimizer, o);
+    Engine saved(x0, c.optimizer, o);
+    uninterrupted.set_gradient_oracle(Objective);
+    saved.set_gradient_oracle(Objective);
+    for (int t = 0; t < c.before; ++t) {
+      Step(uninterrupted);
+      Step(saved);
+    }
+    if (c.history == 6 && c.before == 5) {
+      ASSERT_EQ(saved.history().size(), 6u);  // full and wrapped
+    }
+    const std::string p = Path(c.name + ".ckpt");
+    saved.save(p);
+    Engine restored = Engine::load(p);
+    restored.set_gradient_oracle(Objective);  // functions are not saved
+    ASSERT_TRUE(SameEngine(restored, uninterrupted));
+    EXPECT_EQ(restored.dim(), x0.size());
+    EXPECT_EQ(restored.options().history, o.history);
+    EXPECT_EQ(restored.options().warmup, o.warmup);
+    EXPECT_EQ(restored.options().input_scaling, o.input_scaling);
+    EXPECT_EQ(restored.options().proxy, o.proxy);
+    EXPECT_EQ(restored.options().seed, o.seed);
+    EXPECT_EQ(restored.options().kernel, o.kernel);
+    EXPECT_EQ(restored.options().lengthscale_grid, o.lengthscale_grid);
+    EXPECT_EQ(restored.options().lengthscale_selection, o.lengthscale_selection);
+    EXPECT_EQ(restored.options().selection_interval, o.selection_interval);
+    EXPECT_EQ(restored.optimizer().index(), c.optimizer.index());
+    if (const auto* a = std::get_if<Adam>(&c.optimizer)) {
+      const Adam& r = std::get<Adam>(restored.optimizer());
+      EXPECT_EQ(r.lr, a->lr);
+      EXPECT_EQ(r.beta1, a->beta1);
+      EXPECT_EQ(r.beta2, a->beta2);
+      EXPECT_EQ(r.eps, a->eps);
+      EXPECT_EQ(r.weight_decay, a->weight_decay);
+      EXPECT_EQ(r.decoupled_weight_decay, a->decoupled_weight_decay);
+    } else {
+      const Sgd& s = std::get<Sgd>(c.optimizer);
+      const Sgd& r = std::get<Sgd>(restored.optimizer());
+      EXPECT_EQ(r.lr, s.lr);
+      EXPECT_EQ(r.momentum, s.momentum);
+      EXPECT_EQ(r.nesterov, s.nesterov);
+      EXPECT_EQ(r.weight_decay, s.weight_decay);
+    }
+    // Saving the restored engine writes the same bytes.
+    EXPECT_EQ(SavedBytes(restored, c.name + ".again"), ReadBytes(p));
+
+    for (int t = 0; t < kAfter; ++t) {
+      SCOPED_TRACE("iteration " + std::to_string(c.before + t));
+      Batch& a = uninterrupted.ask();
+      Batch& b = restored.ask();
+      for (int i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(SameBits(a.point(i), b.point(i))) << "point " << i;
+        ASSERT_EQ(a.seed(i), b.seed(i));
+        a.loss(i) = Objective(a.point(i), a.grad(i));
+        b.loss(i) = Objective(b.point(i), b.grad(i));
+      }
+      const IterationInfo ia = uninterrupted.tell(a);
+      const IterationInfo& ib = restored.tell(b);
+      ASSERT_TRUE(SameEngine(restored, uninterrupted));
+      EXPECT_TRUE(SameBits(ia.cosine, ib.cosine) ||
+                  (std::isnan(ia.cosine) && std::isnan(ib.cosine)));
+      EXPECT_TRUE(SameBits(ia.lengthscale, ib.lengthscale));
+    }
+  }
+}
+
+// Checkpoint and continue several times in a row; every restore is exact.
+TEST_F(Checkpoint, RepeatedCheckpointsStayOnTheTrajectory) {
+  const Options o = OptionsOf({"", Adam{.lr = 0.03}, false, 6, 0});
+  const std::vector<float> x0 = Start(20, 4);
+  Engine uninterrupted(x0, Adam{.lr = 0.03}, o);
+  Engine hopping(x0, Adam{.lr = 0.03}, o);
+  const std::string p = Path("hop.ckpt");
+  for (int t = 0; t < 10; ++t) {
+    hopping.save(p);
+    hopping = Engine::load(p);
+    Step(hopping);
+    Step(uninterrupted);
+    ASSERT_TRUE(SameEngine(hopping, uninterrupted)) << "iteration " << t;
+  }
+}
+
+TEST_F(Checkpoint, SaveLeavesNoTemporaryFileBehind) {
+  Engine e(Start(5, 2), Sgd{.lr = 0.01}, Options{});
+  Step(e);
+  e.save(Path("a.ckpt"));
+  e.save(Path("a.ckpt"));  // overwrite
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre("a.ckpt"));
+}
+
+// ---- refused saves ----------------------------------------------------------------
+
+TEST_F(Checkpoint, SaveWhilePendingThrows) {
+  Engine e(Start(5, 2), Adam{.lr = 0.01}, Options{});
+  Step(e);
+  Batch& b = e.ask();
+  const std::string p = Path("pending.ckpt");
+  try {
+    e.save(p);
+    FAIL() << "save() between ask() and tell() succeeded";
+  } catch (const std::runtime_error& err) {
+    EXPECT_THAT(err.what(), HasSubstr("pending"));
+  }
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  // The iteration can still be completed, and then saved.
+  for (int i = 0; i < b.size(); ++i) b.loss(i) = Objective(b.point(i), b.grad(i));
+  e.tell(b);
+  EXPECT_NO_THROW(e.save(p));
+}
+
+TEST_F(Checkpoint, SaveIntoAMissingDirectoryThrows) {
+  Engine e(Start(5, 2), Adam{.lr = 0.01}, Options{});
+  try {
+    e.save(Path("no/such/dir/x.ckpt"));
+    FAIL() << "save() into a missing directory succeeded";
+  } catch (const std::runtime_error& err) {
+    EXPECT_THAT(err.what(), HasSubstr("cannot open for writing"));
+  }
+}
+
+// ---- refused loads ----------------------------------------------------------------
+
+class BadCheckpoint : public Checkpoint {
+ protected:
+  void SetUp() override {
+    Checkpoint::SetUp();
+    Engine e(Start(6, 3), Adam{.lr = 0.05}, Options{});
+    for (int t = 0; t < 4; ++t) Step(e);
+    good_ = SavedBytes(e, "good.ckpt");
+    ASSERT_GT(good_.size(), kHeader + kTrailer + 100);
+    // The file as written is accepted.
+    ASSERT_NO_THROW((void)Engine::load(Path("good.ckpt")));
+  }
+  std::vector<char> good_;
+};
+
+TEST_F(BadCheckpoint, MissingFile) {
+  ExpectLoadFailsAt(Path("does_not_exist.ckpt"), "cannot open");
+}
+
+TEST_F(BadCheckpoint, TruncatedFile) {
+  const std::size_t n = good_.size();
+  // Shorter than header + checksum: refused as too short.
+  for (std::size_t cut :
+       {std::size_t{0}, std::size_t{5}, std::size_t{12}, kHeader + kTrailer - 1}) {
+    SCOPED_TRACE(cut);
+    ExpectLoadFails({good_.begin(), good_.begin() + static_cast<std::ptrdiff_t>(cut)}, "too short");
+  }
+  // Longer: the header's payload size gives the truncation away.
+  for (std::size_t cut : {kHeader + kTrailer, kHeader + 40, n / 2, n - kTrailer, n - 1}) {
+    SCOPED_TRACE(cut);
+    ExpectLoadFails({good_.begin(), good_.begin() + static_cast<std::ptrdiff_t>(cut)}, "truncated");
+  }
+}
+
+TEST_F(BadCheckpoint, AppendedBytes) {
+  std::vector<char> bytes = good_;
+  bytes.push_back('x');
+  ExpectLoadFails(bytes, "appended");
+}
+
+TEST_F(BadCheckpoint, OneFlippedByteFailsTheChecksum) {
+  const std::size_t payload = good_.size() - kHeader - kTrailer;
+  for (std::size_t at : {std::size_t{0}, std::size_t{1}, payload / 3, payload / 2, payload - 1}) {
+    SCOPED_TRACE(at);
+    std::vector<char> bytes = good_;
+    bytes[kHeader + at] = static_cast<char>(bytes[kHeader + at] ^ 0x10);
+    ExpectLoadFails(bytes, "checksum");
+  }
+  // A flipped bit in the stored checksum itself.
+  std::vector<char> bytes = good_;
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x01);
+  ExpectLoadFails(bytes, "checksum");
+}
+
+TEST_F(BadCheckpoint, ForeignFiles) {
+  optex::SplitMix64 rng(5);
+  std::vector<char> noise(good_.size());
+  for (char& c : noise) c = static_cast<char>(rng.next() & 0xFF);
+  ExpectLoadFails(noise, "magic");
+  const std::string text =
+      "This is a plain text file that happens to be long enough to look like a header.\n";
+  ExpectLoadFails({text.begin(), text.end()}, "magic");
+  ExpectLoadFails({'h', 'i', '\n'}, "too short");
+  // The right length but a damaged magic number.
+  std::vector<char> bytes = good_;
+  bytes[0] = 'X';
+  ExpectLoadFails(bytes, "magic");
+}
+
+TEST_F(BadCheckpoint, WrongVersion) {
+  for (std::uint32_t version : {0u, 2u, 0xFFFFFFFFu}) {
+    SCOPED_TRACE(version);
+    std::vector<char> bytes = good_;
+    std::memcpy(bytes.data() + 8, &version, sizeof version);
+    ExpectLoadFails(bytes, "version");
+    ExpectLoadFails(bytes, std::to_string(version));
+  }
+}
+
+// A well-formed file (checksum fixed) whose content fails the engine's own
+// validation is refused as a runtime_error naming the bad field.
+TEST_F(BadCheckpoint, InvalidContentWithAValidChecksum) {
+  {
+    std::vector<char> bytes = good_;
+    const std::int32_t parallelism = 0;  // the first payload field
+    std::memcpy(bytes.data() + kHeader, &parallelism, sizeof parallelism);
+    FixChecksum(bytes);
+    ExpectLoadFails(bytes, "parallelism");
+  }
+  {
+    std::vector<char> bytes = good_;
+    bytes[kHeader + 8] = 9;  // the kernel enum, after parallelism and history
+    FixChecksum(bytes);
+    ExpectLoadFails(bytes, "kernel");
+  }
+}
+
+}  // namespace
