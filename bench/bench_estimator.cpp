@@ -215,7 +215,8 @@ void BM_Triad(benchmark::State& state) {
 }
 
 void BM_ProxyStep(benchmark::State& state) {
-  Setup& s = setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
+  Setup& s =
+      setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   s.estimator.fit(s.history, s.lengthscale);  // BM_Fit may have pushed since
   const double bytes = (2.0 * static_cast<double>(s.t0) + 9.0) * kFloat * static_cast<double>(s.d);
   run_paired(state, s, bytes, [&s] {
@@ -228,7 +229,8 @@ void BM_ProxyStep(benchmark::State& state) {
 }
 
 void BM_Fit(benchmark::State& state) {
-  Setup& s = setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
+  Setup& s =
+      setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   const std::size_t n = s.d;
   const double bytes = static_cast<double>(kNewPairs) * (2.0 * static_cast<double>(s.t0) + 5.0) *
                        kFloat * static_cast<double>(n);
@@ -275,7 +277,8 @@ int main(int argc, char** argv) {
                     ->Args({d, t0})
                     ->ArgNames({"d", "T0"});
       configure(p, (2.0 * tt + 9.0) * kFloat * dd);
-      auto* f = benchmark::RegisterBenchmark("BM_Fit", BM_Fit)->Args({d, t0})->ArgNames({"d", "T0"});
+      auto* f =
+          benchmark::RegisterBenchmark("BM_Fit", BM_Fit)->Args({d, t0})->ArgNames({"d", "T0"});
       configure(f, static_cast<double>(kNewPairs) * (2.0 * tt + 5.0) * kFloat * dd);
     }
   }

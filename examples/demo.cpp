@@ -66,18 +66,19 @@ int main(int argc, char** argv) {
   int seeds = 3;
   double lr = 0.01;
   app.add_option("--dim", dim, "problem dimension d")->check(CLI::PositiveNumber);
-  app.add_option("--parallelism", parallelism, "N: points per OptEx round")->check(CLI::Range(2, 64));
+  app.add_option("--parallelism", parallelism, "N: points per OptEx round")
+      ->check(CLI::Range(2, 64));
   app.add_option("--rounds", rounds, "R: Adam gets N * R iterations, and sets the target")
       ->check(CLI::PositiveNumber);
-  app.add_option("--seeds", seeds, "start points U(-1, 1)^d per problem")->check(CLI::Range(1, 100));
+  app.add_option("--seeds", seeds, "start points U(-1, 1)^d per problem")
+      ->check(CLI::Range(1, 100));
   app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   namespace pr = optex::problems;
-  const std::vector<Problem> problems = {make(pr::Sphere{}),    make(pr::Rosenbrock{}),
-                                         make(pr::Ackley{}),    make(pr::Rastrigin{}),
-                                         make(pr::Levy{}),      make(pr::Griewank{}),
-                                         make(pr::StyblinskiTang{}), make(pr::Schwefel{})};
+  const std::vector<Problem> problems = {
+      make(pr::Sphere{}), make(pr::Rosenbrock{}), make(pr::Ackley{}),         make(pr::Rastrigin{}),
+      make(pr::Levy{}),   make(pr::Griewank{}),   make(pr::StyblinskiTang{}), make(pr::Schwefel{})};
   optex::Options plain;
   plain.parallelism = 1;
   optex::Options reference = optex::Options::reference(parallelism);
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
 
   std::printf("optex %s demo: d = %zu, N = %d, Adam lr %g, start U(-1, 1), %d seeds (medians)\n",
               OPTEX_VERSION_STRING, dim, parallelism, lr, seeds);
-  std::printf("target: 99.9%% of the loss decrease plain Adam reaches in %ld iterations\n\n", budget);
+  std::printf("target: 99.9%% of the loss decrease plain Adam reaches in %ld iterations\n\n",
+              budget);
   std::printf("%-16s %12s %8s %18s %18s\n", "problem", "target", "Adam", "OptEx reference",
               "OptEx default");
   std::printf("%-16s %12s %8s %9s %8s %9s %8s\n", "", "", "rounds", "rounds", "speedup", "rounds",
@@ -109,8 +111,10 @@ int main(int argc, char** argv) {
     }
     const double a = median(adam), r = median(ref), d = median(def);
     auto cell = [](double v, char* buf) {
-      if (v >= 1e9) std::snprintf(buf, 16, "-");
-      else std::snprintf(buf, 16, "%.0f", v);
+      if (v >= 1e9)
+        std::snprintf(buf, 16, "-");
+      else
+        std::snprintf(buf, 16, "%.0f", v);
     };
     char ar[16], rr[16], dr[16];
     cell(a, ar);

@@ -67,7 +67,8 @@ class Reader {
   template <class T>
   std::vector<T> get_vector(std::size_t max_count) {
     const auto count = get<std::uint64_t>();
-    if (count > max_count || count > (size_ - pos_) / sizeof(T)) fail("an array length is out of range");
+    if (count > max_count || count > (size_ - pos_) / sizeof(T))
+      fail("an array length is out of range");
     std::vector<T> v(static_cast<std::size_t>(count));
     if (!v.empty()) std::memcpy(v.data(), data_ + pos_, v.size() * sizeof(T));
     pos_ += v.size() * sizeof(T);
@@ -220,14 +221,15 @@ struct CheckpointAccess {
     GradientHistory& h = e.history_;
     const auto size = r.get<std::uint64_t>();
     const auto next = r.get<std::uint64_t>();
-    if (size > cap || next >= cap || (size < cap && next != size)) r.fail("history ring position is inconsistent");
+    if (size > cap || next >= cap || (size < cap && next != size))
+      r.fail("history ring position is inconsistent");
     auto points = r.get_vector<float>(cap * d);
     auto gradients = r.get_vector<float>(cap * d);
     auto distances = r.get_vector<double>(cap * cap);
     auto norms = r.get_vector<double>(cap);
     auto gram = r.get_vector<double>(cap * cap);
-    if (points.size() != size * d || gradients.size() != size * d || distances.size() != cap * cap ||
-        norms.size() != cap || gram.size() != cap * cap) {
+    if (points.size() != size * d || gradients.size() != size * d ||
+        distances.size() != cap * cap || norms.size() != cap || gram.size() != cap * cap) {
       r.fail("history arrays have the wrong sizes");
     }
     if (!r.at_end()) r.fail("trailing bytes after the payload");
@@ -251,15 +253,17 @@ struct CheckpointAccess {
 
 void Engine::save(const std::string& path) const {
   if (pending_) {
-    throw std::runtime_error("save: a batch is pending (ask() without tell()); save before ask() "
-                             "or after tell()");
+    throw std::runtime_error(
+        "save: a batch is pending (ask() without tell()); save before ask() "
+        "or after tell()");
   }
   const std::vector<char> payload = CheckpointAccess::payload(*this);
   Writer header;
   for (char c : kMagic) header.put(c);
   header.put(kFormatVersion);
   header.put<std::uint64_t>(payload.size());
-  const std::uint64_t sum = fnv1a64(reinterpret_cast<const unsigned char*>(payload.data()), payload.size());
+  const std::uint64_t sum =
+      fnv1a64(reinterpret_cast<const unsigned char*>(payload.data()), payload.size());
 
   // Write beside the target and rename, so a crash never leaves a torn file.
   const std::string tmp = path + ".tmp";
@@ -280,23 +284,27 @@ Engine Engine::load(const std::string& path) {
   const std::vector<char> file = read_file(path);
   constexpr std::size_t kHeader = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   Reader header(file.data(), file.size(), path);
-  if (file.size() < kHeader + sizeof(std::uint64_t)) header.fail("too short to be an optex checkpoint");
-  if (std::memcmp(file.data(), kMagic, sizeof kMagic) != 0) header.fail("not an optex checkpoint (bad magic number)");
+  if (file.size() < kHeader + sizeof(std::uint64_t))
+    header.fail("too short to be an optex checkpoint");
+  if (std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
+    header.fail("not an optex checkpoint (bad magic number)");
   for (std::size_t i = 0; i < sizeof kMagic; ++i) header.get<char>();
   const auto version = header.get<std::uint32_t>();
   if (version != kFormatVersion) {
-    header.fail("format version " + std::to_string(version) + " is not supported (this build reads " +
-                std::to_string(kFormatVersion) + ")");
+    header.fail("format version " + std::to_string(version) +
+                " is not supported (this build reads " + std::to_string(kFormatVersion) + ")");
   }
   const auto payload_size = header.get<std::uint64_t>();
   if (payload_size != file.size() - kHeader - sizeof(std::uint64_t)) {
     header.fail("size mismatch: the header announces " + std::to_string(payload_size) +
-                " payload bytes, the file holds " + std::to_string(file.size() - kHeader - sizeof(std::uint64_t)) +
+                " payload bytes, the file holds " +
+                std::to_string(file.size() - kHeader - sizeof(std::uint64_t)) +
                 " (truncated or appended to)");
   }
   std::uint64_t stored = 0;
   std::memcpy(&stored, file.data() + file.size() - sizeof stored, sizeof stored);
-  if (stored != checksum(file, kHeader, file.size() - sizeof stored)) header.fail("checksum mismatch (corrupted)");
+  if (stored != checksum(file, kHeader, file.size() - sizeof stored))
+    header.fail("checksum mismatch (corrupted)");
   Reader payload(file.data() + kHeader, static_cast<std::size_t>(payload_size), path);
   try {
     return CheckpointAccess::restore(payload);

@@ -133,8 +133,7 @@ Batch& Engine::ask() {
       float* row = batch_.points_.data() + static_cast<std::size_t>(i) * d;
       std::copy(row - d, row, row);
       if (proxy_gradient(i - 1)) {
-        apply_step(optimizer_, {row, d}, work_state_,
-                   batch_.predicted_gradient(i - 1));
+        apply_step(optimizer_, {row, d}, work_state_, batch_.predicted_gradient(i - 1));
       } else {
         batch_.proxy_steps_applied_ = false;
       }
@@ -215,7 +214,8 @@ const IterationInfo& Engine::commit(Batch& batch) {
     work_state_ = state_;
     std::copy(x_.begin(), x_.end(), next_x_.begin());
     if (batch.proxy_steps_applied_) {
-      for (int i = 0; i < c; ++i) apply_step(optimizer_, next_x_, work_state_, batch.predicted_gradient(i));
+      for (int i = 0; i < c; ++i)
+        apply_step(optimizer_, next_x_, work_state_, batch.predicted_gradient(i));
     }
   } else {
     auto p = batch.point(c);
@@ -238,7 +238,8 @@ const IterationInfo& Engine::commit(Batch& batch) {
       ++cosine_count;
     }
   }
-  info.cosine = cosine_count > 0 ? cosine_sum / cosine_count : std::numeric_limits<double>::quiet_NaN();
+  info.cosine =
+      cosine_count > 0 ? cosine_sum / cosine_count : std::numeric_limits<double>::quiet_NaN();
   info.best_loss = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
     if (!finite[static_cast<std::size_t>(i)]) {

@@ -13,7 +13,8 @@ double input_scale(const GradientHistory& history, InputScaling scaling) {
   if (scaling == InputScaling::none || history.empty()) return 1.0;
   // The authors' code: mean over history of sqrt(||x_j||).
   double sum = 0.0;
-  for (std::size_t j = 0; j < history.size(); ++j) sum += std::sqrt(std::sqrt(history.squared_norm(j)));
+  for (std::size_t j = 0; j < history.size(); ++j)
+    sum += std::sqrt(std::sqrt(history.squared_norm(j)));
   const double scale = sum / static_cast<double>(history.size());
   return scale > 0.0 ? scale : 1.0;  // every point at the origin: nothing to scale
 }

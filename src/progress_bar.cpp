@@ -16,7 +16,10 @@ ProgressBar::ProgressBar(std::int64_t total_iterations)
       start_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::ProgressBar(std::int64_t total_iterations, std::ostream& out)
-    : total_(total_iterations), out_(&out), enabled_(true), start_(std::chrono::steady_clock::now()) {}
+    : total_(total_iterations),
+      out_(&out),
+      enabled_(true),
+      start_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::~ProgressBar() {
   if (line_open_) *out_ << std::endl;
@@ -32,10 +35,11 @@ bool ProgressBar::operator()(const IterationInfo& info) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   char line[160];
-  std::snprintf(line, sizeof line, "] %lld/%lld loss %.4e cos %s %.1fs",
-                static_cast<long long>(info.iteration), static_cast<long long>(total_), info.loss,
-                std::isnan(info.cosine) ? "  -  " : std::to_string(info.cosine).substr(0, 5).c_str(),
-                seconds);
+  std::snprintf(
+      line, sizeof line, "] %lld/%lld loss %.4e cos %s %.1fs",
+      static_cast<long long>(info.iteration), static_cast<long long>(total_), info.loss,
+      std::isnan(info.cosine) ? "  -  " : std::to_string(info.cosine).substr(0, 5).c_str(),
+      seconds);
   *out_ << '\r' << '[' << std::string(static_cast<std::size_t>(filled), '#')
         << std::string(static_cast<std::size_t>(kWidth - filled), ' ') << line;
   line_open_ = info.iteration < total_;

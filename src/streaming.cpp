@@ -3,35 +3,77 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
+#include <vector>
 
+// Every pass reads kRows history rows side by side, so the hardware prefetchers
+// see a few long sequential streams (plus the query block). One row at a time
+// restarts a short stream at every block; all T0 rows at once (a plain GEMV)
+// is more streams than the prefetchers track. Both measured about 2x slower
+// (bench/results/cpu-estimator-2026-11-22.md).
 namespace optex::streaming {
 namespace {
 
-// 1024 floats = 4 KiB per row block: with up to 64 rows the block of the query
-// and of one row both sit in L1 while the products are formed.
-constexpr std::size_t kBlock = 1024;
+constexpr std::size_t kBlock = 4096;
+constexpr std::size_t kRows = 4;
 constexpr std::size_t kMaxRowsOnStack = 256;
 
-using RowBlock = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
-                            0, Eigen::OuterStride<>>;
-using ConstVec = Eigen::Map<const Eigen::VectorXf>;
+using Packet = Eigen::internal::packet_traits<float>::type;
+constexpr std::size_t kLanes =
+    static_cast<std::size_t>(Eigen::internal::packet_traits<float>::size);
 
-// Applies `per_block(row_block, x_block, partial)` over d in blocks, where
-// `partial` holds one float partial result per row, and adds the partials into
-// the double accumulators. Float within a block keeps the pass vectorised;
-// double across blocks keeps the sum accurate at d = 1e8.
-template <class PerBlock>
+// out[j] += sum_i f(rows[j][i], x[i]) over one block, for kRows rows at once.
+// f(r, x) = (r - x)^2 when Diff, r * x otherwise.
+template <bool Diff, std::size_t R>
+void block_rows(const float* const* r, const float* x, std::size_t len, double* out) {
+  using namespace Eigen::internal;
+  Packet acc0[R];
+  Packet acc1[R];
+  for (std::size_t q = 0; q < R; ++q) acc0[q] = acc1[q] = pset1<Packet>(0.0f);
+  const std::size_t step = 2 * kLanes;
+  const std::size_t lv = len - len % step;
+  for (std::size_t i = 0; i < lv; i += step) {
+    const Packet x0 = ploadu<Packet>(x + i);
+    const Packet x1 = ploadu<Packet>(x + i + kLanes);
+    for (std::size_t q = 0; q < R; ++q) {
+      const Packet a = ploadu<Packet>(r[q] + i);
+      const Packet b = ploadu<Packet>(r[q] + i + kLanes);
+      if constexpr (Diff) {
+        const Packet t0 = psub(a, x0);
+        const Packet t1 = psub(b, x1);
+        acc0[q] = padd(acc0[q], pmul(t0, t0));
+        acc1[q] = padd(acc1[q], pmul(t1, t1));
+      } else {
+        acc0[q] = padd(acc0[q], pmul(a, x0));
+        acc1[q] = padd(acc1[q], pmul(b, x1));
+      }
+    }
+  }
+  for (std::size_t q = 0; q < R; ++q) {
+    float s = predux(padd(acc0[q], acc1[q]));
+    for (std::size_t i = lv; i < len; ++i) {
+      const float t = Diff ? r[q][i] - x[i] : r[q][i] * x[i];
+      s += Diff ? t * t : t;
+    }
+    out[q] += static_cast<double>(s);
+  }
+}
+
+template <bool Diff>
 void blocked_reduce(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                    double* out, PerBlock per_block) {
+                    double* out) {
   std::fill(out, out + nrows, 0.0);
-  Eigen::VectorXf partial(static_cast<Eigen::Index>(nrows));
   for (std::size_t begin = 0; begin < dim; begin += kBlock) {
-    const auto len = static_cast<Eigen::Index>(std::min(kBlock, dim - begin));
-    RowBlock block(rows + begin, static_cast<Eigen::Index>(nrows), len,
-                   Eigen::OuterStride<>(static_cast<Eigen::Index>(dim)));
-    ConstVec xb(x + begin, len);
-    per_block(block, xb, partial);
-    for (std::size_t j = 0; j < nrows; ++j) out[j] += partial[static_cast<Eigen::Index>(j)];
+    const std::size_t len = std::min(kBlock, dim - begin);
+    std::size_t j = 0;
+    const float* r[kRows];
+    for (; j + kRows <= nrows; j += kRows) {
+      for (std::size_t q = 0; q < kRows; ++q) r[q] = rows + (j + q) * dim + begin;
+      block_rows<Diff, kRows>(r, x + begin, len, out + j);
+    }
+    for (; j < nrows; ++j) {
+      r[0] = rows + j * dim + begin;
+      block_rows<Diff, 1>(r, x + begin, len, out + j);
+    }
   }
 }
 
@@ -39,36 +81,43 @@ void blocked_reduce(const float* rows, std::size_t nrows, std::size_t dim, const
 
 void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
                        double* out) {
-  blocked_reduce(rows, nrows, dim, x, out, [](const RowBlock& block, const ConstVec& xb, Eigen::VectorXf& partial) {
-    for (Eigen::Index j = 0; j < block.rows(); ++j)
-      partial[j] = (block.row(j).transpose() - xb).squaredNorm();
-  });
+  blocked_reduce<true>(rows, nrows, dim, x, out);
 }
 
 void inner_products(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
                     double* out) {
-  blocked_reduce(rows, nrows, dim, x, out, [](const RowBlock& block, const ConstVec& xb, Eigen::VectorXf& partial) {
-    partial.noalias() = block * xb;
-  });
+  blocked_reduce<false>(rows, nrows, dim, x, out);
 }
 
 void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const double* weights,
                   float* out) {
   std::array<float, kMaxRowsOnStack> w_small{};
-  Eigen::VectorXf w_large;
+  std::vector<float> w_large;
   float* w = w_small.data();
   if (nrows > kMaxRowsOnStack) {
-    w_large.resize(static_cast<Eigen::Index>(nrows));
+    w_large.resize(nrows);
     w = w_large.data();
   }
   for (std::size_t j = 0; j < nrows; ++j) w[j] = static_cast<float>(weights[j]);
-  const Eigen::Map<const Eigen::VectorXf> wv(w, static_cast<Eigen::Index>(nrows));
   for (std::size_t begin = 0; begin < dim; begin += kBlock) {
-    const auto len = static_cast<Eigen::Index>(std::min(kBlock, dim - begin));
-    RowBlock block(rows + begin, static_cast<Eigen::Index>(nrows), len,
-                   Eigen::OuterStride<>(static_cast<Eigen::Index>(dim)));
-    Eigen::Map<Eigen::VectorXf> ob(out + begin, len);
-    ob.noalias() = block.transpose() * wv;
+    const std::size_t len = std::min(kBlock, dim - begin);
+    float* __restrict o = out + begin;
+    std::fill(o, o + len, 0.0f);
+    std::size_t j = 0;
+    for (; j + kRows <= nrows; j += kRows) {
+      const float* __restrict r0 = rows + j * dim + begin;
+      const float* __restrict r1 = r0 + dim;
+      const float* __restrict r2 = r1 + dim;
+      const float* __restrict r3 = r2 + dim;
+      const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+      for (std::size_t i = 0; i < len; ++i)
+        o[i] += (w0 * r0[i] + w1 * r1[i]) + (w2 * r2[i] + w3 * r3[i]);
+    }
+    for (; j < nrows; ++j) {
+      const float* __restrict r = rows + j * dim + begin;
+      const float wj = w[j];
+      for (std::size_t i = 0; i < len; ++i) o[i] += wj * r[i];
+    }
   }
 }
 
@@ -76,7 +125,8 @@ double dot(const float* a, const float* b, std::size_t dim) {
   double acc = 0.0;
   for (std::size_t begin = 0; begin < dim; begin += kBlock) {
     const auto len = static_cast<Eigen::Index>(std::min(kBlock, dim - begin));
-    acc += ConstVec(a + begin, len).dot(ConstVec(b + begin, len));
+    acc += Eigen::Map<const Eigen::VectorXf>(a + begin, len)
+               .dot(Eigen::Map<const Eigen::VectorXf>(b + begin, len));
   }
   return acc;
 }

@@ -6,7 +6,8 @@
 namespace optex {
 
 ThreadPool::ThreadPool(int threads) {
-  if (threads < 1) throw std::invalid_argument("threads: must be >= 1, got " + std::to_string(threads));
+  if (threads < 1)
+    throw std::invalid_argument("threads: must be >= 1, got " + std::to_string(threads));
   workers_.reserve(static_cast<std::size_t>(threads));
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }

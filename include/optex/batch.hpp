@@ -45,8 +45,10 @@ class Batch {
   // nothing was predicted (warm-up).
   std::span<const float> predicted_gradient(int i) const {
     if (i >= size_ - 1) {
-      throw std::out_of_range("i: " + std::to_string(i) + " has no predicted gradient (the last "
-                              "point is " + std::to_string(size_ - 1) + ")");
+      throw std::out_of_range("i: " + std::to_string(i) +
+                              " has no predicted gradient (the last "
+                              "point is " +
+                              std::to_string(size_ - 1) + ")");
     }
     return {predicted_.data() + offset(i), dim_};
   }
@@ -83,14 +85,14 @@ class Batch {
   int size_ = 0;
   std::size_t dim_ = 0;
   std::int64_t iteration_ = 0;
-  std::uint64_t owner_ = 0;            // id of the engine that made it
-  bool proxy_steps_applied_ = true;    // false when warm-up held every point at the iterate
-  std::vector<float> points_;          // N x d
-  std::vector<float> grads_;           // N x d, filled by the caller
-  std::vector<float> predicted_;       // (N-1) x d
-  std::vector<double> losses_;         // N, filled by the caller
-  std::vector<std::uint64_t> seeds_;   // N
-  std::vector<char> was_predicted_;    // 1 where predicted_ holds a real prediction
+  std::uint64_t owner_ = 0;           // id of the engine that made it
+  bool proxy_steps_applied_ = true;   // false when warm-up held every point at the iterate
+  std::vector<float> points_;         // N x d
+  std::vector<float> grads_;          // N x d, filled by the caller
+  std::vector<float> predicted_;      // (N-1) x d
+  std::vector<double> losses_;        // N, filled by the caller
+  std::vector<std::uint64_t> seeds_;  // N
+  std::vector<char> was_predicted_;   // 1 where predicted_ holds a real prediction
 };
 
 }  // namespace optex

@@ -32,11 +32,11 @@ inline std::string_view stop_reason_name(StopReason r) {
 }
 
 struct Result {
-  std::vector<float> x;             // the final iterate
-  double fun = 0.0;                 // the loss at x (one extra evaluation, counted in evaluations)
-  std::int64_t iterations = 0;      // sequential rounds
-  std::int64_t evaluations = 0;     // true gradient evaluations
-  std::vector<double> loss_history; // IterationInfo::loss of each round
+  std::vector<float> x;              // the final iterate
+  double fun = 0.0;                  // the loss at x (one extra evaluation, counted in evaluations)
+  std::int64_t iterations = 0;       // sequential rounds
+  std::int64_t evaluations = 0;      // true gradient evaluations
+  std::vector<double> loss_history;  // IterationInfo::loss of each round
   StopReason stop_reason = StopReason::max_iters;
 };
 
@@ -68,10 +68,9 @@ Result minimize(Objective&& objective, std::span<const float> x0, Optimizer opti
   stop.validate();
   Engine engine(x0, std::move(optimizer), options);
   if (options.proxy == Proxy::target) {
-    engine.set_gradient_oracle(
-        [&objective](std::span<const float> x, std::span<float> g) {
-          return evaluate_with_gradient(objective, x, g);
-        });
+    engine.set_gradient_oracle([&objective](std::span<const float> x, std::span<float> g) {
+      return evaluate_with_gradient(objective, x, g);
+    });
   }
   ThreadPool pool(options.parallelism);
   Result result;

@@ -15,10 +15,9 @@
 namespace optex {
 
 template <class F>
-concept HasEvaluateWithGradient =
-    requires(F& f, std::span<const float> x, std::span<float> g) {
-      { f.EvaluateWithGradient(x, g) } -> std::convertible_to<double>;
-    };
+concept HasEvaluateWithGradient = requires(F& f, std::span<const float> x, std::span<float> g) {
+  { f.EvaluateWithGradient(x, g) } -> std::convertible_to<double>;
+};
 
 template <class F>
 concept HasEvaluateAndGradient = requires(F& f, std::span<const float> x, std::span<float> g) {
@@ -27,7 +26,8 @@ concept HasEvaluateAndGradient = requires(F& f, std::span<const float> x, std::s
 };
 
 template <class F>
-concept CallableObjective = std::is_invocable_r_v<double, F&, std::span<const float>, std::span<float>>;
+concept CallableObjective =
+    std::is_invocable_r_v<double, F&, std::span<const float>, std::span<float>>;
 
 template <class F>
 concept Objective = HasEvaluateWithGradient<F> || HasEvaluateAndGradient<F> || CallableObjective<F>;
