@@ -8,6 +8,7 @@
 #include "optex/problems/gradient_noise.hpp"
 #include "optex/problems/griewank.hpp"
 #include "optex/problems/levy.hpp"
+#include "optex/problems/problem_base.hpp"
 #include "optex/problems/rastrigin.hpp"
 #include "optex/problems/rosenbrock.hpp"
 #include "optex/problems/rotated.hpp"

@@ -9,49 +9,29 @@
 #include <numbers>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Ackley {
+class Ackley : public ProblemBase<Ackley> {
  public:
   static constexpr double kA = 20.0;
   static constexpr double kB = 0.2;
   static constexpr double kC = 2.0 * std::numbers::pi;
 
   std::string_view name() const { return "ackley"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-32.768, 32.768}; }
+
+ private:
+  friend class ProblemBase<Ackley>;
 
   // x_i = 2.25: a quarter-integer, where the cosine ripple is steepest, so both
   // terms of the gradient are active (it points toward the origin); f ~ 8.97.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 2.25f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
+  static constexpr float kStartValue = 2.25f;
+  static constexpr float kMinimizerValue = 0.0f;
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   static double Compute(std::span<const float> x, std::span<float> g) {
     const double d = static_cast<double>(x.size());

@@ -10,42 +10,23 @@
 #include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Griewank {
+class Griewank : public ProblemBase<Griewank> {
  public:
   std::string_view name() const { return "griewank"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-600.0, 600.0}; }
+
+ private:
+  friend class ProblemBase<Griewank>;
 
   // x_i = 100: a sixth of the way to the box edge, where the quadratic bowl
   // (gradient x_i / 2000 = 0.05) dominates the ripple and points to the minimiser.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 100.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
+  static constexpr float kStartValue = 100.0f;
+  static constexpr float kMinimizerValue = 0.0f;
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   // d/dx_i of the product is sin(x_i/s_i)/s_i times the product of the OTHER
   // cosines, formed from prefix and suffix products (no division by a cosine

@@ -10,45 +10,25 @@
 #include <numbers>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Levy {
+class Levy : public ProblemBase<Levy> {
  public:
   std::string_view name() const { return "levy"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-10.0, 10.0}; }
+
+ private:
+  friend class ProblemBase<Levy>;
 
   // x_i = 4 (w_i = 1.75): off the w-lattice of the sine terms, so they all
   // contribute to the gradient; three units from the minimiser in every coordinate.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 4.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 1.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
+  static constexpr float kStartValue = 4.0f;
+  static constexpr float kMinimizerValue = 1.0f;
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   // Derivatives are taken in w and scaled by dw/dx = 1/4.
   static double Compute(std::span<const float> x, std::span<float> g) {

@@ -7,45 +7,25 @@
 #include <numbers>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Rastrigin {
+class Rastrigin : public ProblemBase<Rastrigin> {
  public:
   std::string_view name() const { return "rastrigin"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-5.12, 5.12}; }
+
+ private:
+  friend class ProblemBase<Rastrigin>;
 
   // x_i = 2.25: a quarter-integer, where the cosine ripple is steepest (gradient
   // 4.5 + 20 pi per coordinate); f = 15.0625 d.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 2.25f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
+  static constexpr float kStartValue = 2.25f;
+  static constexpr float kMinimizerValue = 0.0f;
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   static double Compute(std::span<const float> x, std::span<float> g) {
     constexpr double kTwoPi = 2.0 * std::numbers::pi;

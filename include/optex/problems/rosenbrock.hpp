@@ -8,24 +8,13 @@
 #include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Rosenbrock {
+class Rosenbrock : public ProblemBase<Rosenbrock> {
  public:
   std::string_view name() const { return "rosenbrock"; }
-
-  double Evaluate(std::span<const float> x) const {
-    CheckDim("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    CheckDim("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-5.0, 10.0}; }
 
   // The classic start (-1.2, 1, -1.2, 1, ...); f = 24.2 at d = 2.
@@ -35,19 +24,14 @@ class Rosenbrock {
     for (std::size_t i = 0; i < d; ++i) x[i] = (i % 2 == 0) ? -1.2f : 1.0f;
     return x;
   }
-  std::vector<float> minimizer(std::size_t d) const {
-    CheckDim("d", d);
-    return std::vector<float>(d, 1.0f);
-  }
-  double minimum(std::size_t d) const {
-    CheckDim("d", d);
-    return 0.0;
-  }
 
  private:
-  static void CheckDim(std::string_view param, std::size_t d) {
-    detail::check_dimension(param, d, 2, "rosenbrock couples neighbouring coordinates");
-  }
+  friend class ProblemBase<Rosenbrock>;
+
+  static constexpr std::size_t kMinDimension = 2;
+  static constexpr std::string_view kMinDimensionReason =
+      "rosenbrock couples neighbouring coordinates";
+  static constexpr float kMinimizerValue = 1.0f;
 
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   static double Compute(std::span<const float> x, std::span<float> g) {

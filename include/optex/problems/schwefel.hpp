@@ -8,48 +8,28 @@
 #include <cstddef>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Schwefel {
+class Schwefel : public ProblemBase<Schwefel> {
  public:
   static constexpr double kOffset = 418.9828872724338;
   static constexpr double kMinimizer = 420.968746;
 
   std::string_view name() const { return "schwefel"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-500.0, 500.0}; }
+
+ private:
+  friend class ProblemBase<Schwefel>;
 
   // x_i = 100: inside the box and away from 0 (where the gradient vanishes); the
   // gradient there is about 4.7 per coordinate.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 100.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, static_cast<float>(kMinimizer));
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
+  static constexpr float kStartValue = 100.0f;
+  static constexpr float kMinimizerValue = static_cast<float>(kMinimizer);
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   // With s = sqrt(|x|): d/dx [x sin s] = sin s + (s / 2) cos s, which is smooth
   // through x = 0 (no division by s).

@@ -6,49 +6,30 @@
 #include <cstddef>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class StyblinskiTang {
+class StyblinskiTang : public ProblemBase<StyblinskiTang> {
  public:
   static constexpr double kMinimizer = -2.903534;
   static constexpr double kMinimumPerCoordinate = -39.16616570;
 
   std::string_view name() const { return "styblinski_tang"; }
-
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
   Domain domain() const { return {-5.0, 5.0}; }
+
+ private:
+  friend class ProblemBase<StyblinskiTang>;
 
   // x_i = 0: between the two per-coordinate minima (-2.90 global, 2.75 local) and
   // left of the local maximum near 0.157, so the gradient (2.5 per coordinate)
   // leads into the global basin; f = 0.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, static_cast<float>(kMinimizer));
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return kMinimumPerCoordinate * static_cast<double>(d);
-  }
+  static constexpr float kStartValue = 0.0f;
+  static constexpr float kMinimizerValue = static_cast<float>(kMinimizer);
+  static constexpr double kMinimumPerDim = kMinimumPerCoordinate;
 
- private:
   // f and, when g is non-empty, its gradient (one code path for all entry points).
   static double Compute(std::span<const float> x, std::span<float> g) {
     double f = 0.0;
