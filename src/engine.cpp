@@ -58,6 +58,7 @@ Engine::Engine(std::span<const float> x0, Optimizer optimizer, Options options)
       rng_(options_.seed),
       work_state_(state_),
       next_x_(x_.size()),
+      finite_(static_cast<std::size_t>(options_.parallelism)),
       id_(next_engine_id()) {
   batch_.allocate(options_.parallelism, x_.size());
   batch_.owner_ = id_;
@@ -194,7 +195,7 @@ const IterationInfo& Engine::commit(Batch& batch) {
   const int n = batch.size();
   const std::size_t d = dim();
   // Which pairs may enter the history, and which point the commit steps from.
-  std::vector<char> finite(static_cast<std::size_t>(n));
+  std::vector<char>& finite = finite_;
   int last_finite = -1;
   for (int i = 0; i < n; ++i) {
     finite[static_cast<std::size_t>(i)] =

@@ -105,6 +105,7 @@ class Engine {
   Batch batch_;
   OptimizerState work_state_;  // s_{N-1} after ask()
   std::vector<float> next_x_;
+  std::vector<char> finite_;  // per point: may its pair enter the history?
   bool pending_ = false;
   bool fitted_ = false;  // estimator matches history_ and lengthscale_
   std::uint64_t id_;
