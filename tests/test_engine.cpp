@@ -23,6 +23,7 @@
 #include "optex/minimize.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
+#include "optex/problems/sphere.hpp"
 #include "optex/random.hpp"
 #include "optex/thread_pool.hpp"
 
@@ -58,19 +59,7 @@ struct Quartic {
   }
 };
 
-// f = sum x^2 in double; gradient 2x in float (the Sphere test problem).
-struct Sphere {
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    double f = 0.0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double xi = x[i];
-      f += xi * xi;
-      if (!g.empty()) g[i] = static_cast<float>(2.0 * xi);
-    }
-    return f;
-  }
-  double Evaluate(std::span<const float> x) const { return EvaluateWithGradient(x, {}); }
-};
+using optex::problems::Sphere;
 
 // Library defaults with parallelism N and a seed.
 Options WithN(int n, std::uint64_t seed = 0) {

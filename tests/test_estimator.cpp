@@ -21,6 +21,7 @@
 #include "optex/kernel.hpp"
 #include "optex/options.hpp"
 #include "optex/streaming.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -32,20 +33,8 @@ using optex::Kernel;
 constexpr Kernel kAllKernels[] = {Kernel::matern12, Kernel::matern32, Kernel::matern52,
                                   Kernel::rbf};
 
-// Normal samples by Box-Muller on the raw mt19937 stream: unlike std::normal_distribution, the
-// same numbers with every standard library, so the data of each test is fixed.
-double normal(std::mt19937& rng) {
-  const double u1 = (static_cast<double>(rng()) + 1.0) / 4294967296.0;  // (0, 1]
-  const double u2 = static_cast<double>(rng()) / 4294967296.0;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
-}
-
-std::vector<float> random_vector(std::mt19937& rng, std::size_t n, double mean = 0.0,
-                                 double stddev = 1.0) {
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(mean + stddev * normal(rng));
-  return v;
-}
+using optex::test::normal;
+using optex::test::random_vector;
 
 double norm(std::span<const float> v) {
   double s = 0.0;

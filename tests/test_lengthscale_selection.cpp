@@ -22,6 +22,7 @@
 #include "optex/kernel.hpp"
 #include "optex/lengthscale_selection.hpp"
 #include "optex/options.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -31,19 +32,8 @@ using optex::Kernel;
 using optex::LengthscaleSelection;
 using optex::Options;
 
-// Box-Muller on the raw mt19937 stream: the same data with every standard library.
-double normal(std::mt19937& rng) {
-  const double u1 = (static_cast<double>(rng()) + 1.0) / 4294967296.0;  // (0, 1]
-  const double u2 = static_cast<double>(rng()) / 4294967296.0;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
-}
-
-std::vector<float> random_vector(std::mt19937& rng, std::size_t n, double mean = 0.0,
-                                 double stddev = 1.0) {
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(mean + stddev * normal(rng));
-  return v;
-}
+using optex::test::normal;
+using optex::test::random_vector;
 
 double distance(std::span<const float> a, std::span<const float> b) {
   double s = 0.0;

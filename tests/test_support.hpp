@@ -1,0 +1,27 @@
+// Random test data shared by the estimator and selection tests.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <numbers>
+#include <random>
+#include <vector>
+
+namespace optex::test {
+
+// Normal samples by Box-Muller on the raw mt19937 stream: unlike std::normal_distribution, the
+// same numbers with every standard library, so the data of each test is fixed.
+inline double normal(std::mt19937& rng) {
+  const double u1 = (static_cast<double>(rng()) + 1.0) / 4294967296.0;  // (0, 1]
+  const double u2 = static_cast<double>(rng()) / 4294967296.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+inline std::vector<float> random_vector(std::mt19937& rng, std::size_t n, double mean = 0.0,
+                                        double stddev = 1.0) {
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(mean + stddev * normal(rng));
+  return v;
+}
+
+}  // namespace optex::test
