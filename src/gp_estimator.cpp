@@ -46,6 +46,10 @@ GpGradientEstimator::GpGradientEstimator(Kernel kernel, double noise, InputScali
   if (!std::isfinite(noise) || noise < 0.0) {
     throw std::invalid_argument("noise: must be finite and >= 0, got " + std::to_string(noise));
   }
+  // Eigen leaves an unfactorised LLT's status uninitialised, which moving the
+  // estimator would copy (undefined behaviour): factorise a harmless identity.
+  cholesky_.compute(Eigen::MatrixXd::Identity(static_cast<Eigen::Index>(capacity),
+                                              static_cast<Eigen::Index>(capacity)));
 }
 
 void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale) {
