@@ -33,21 +33,13 @@ using optex::Kernel;
 constexpr Kernel kAllKernels[] = {Kernel::matern12, Kernel::matern32, Kernel::matern52,
                                   Kernel::rbf};
 
+using optex::test::distance;
 using optex::test::normal;
 using optex::test::random_vector;
 
 double norm(std::span<const float> v) {
   double s = 0.0;
   for (float x : v) s += static_cast<double>(x) * static_cast<double>(x);
-  return std::sqrt(s);
-}
-
-double distance(std::span<const float> a, std::span<const float> b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    s += d * d;
-  }
   return std::sqrt(s);
 }
 

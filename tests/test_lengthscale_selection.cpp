@@ -32,17 +32,9 @@ using optex::Kernel;
 using optex::LengthscaleSelection;
 using optex::Options;
 
+using optex::test::distance;
 using optex::test::normal;
 using optex::test::random_vector;
-
-double distance(std::span<const float> a, std::span<const float> b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    s += d * d;
-  }
-  return std::sqrt(s);
-}
 
 // Points along a smooth function's gradient field, so that the lengthscale matters: the
 // gradient of f(x) = sum_i sin(x_i) + 0.1 x_i^2 at points spread around a centre.

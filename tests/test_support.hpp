@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <numbers>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace optex::test {
@@ -22,6 +23,16 @@ inline std::vector<float> random_vector(std::mt19937& rng, std::size_t n, double
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(mean + stddev * normal(rng));
   return v;
+}
+
+// Euclidean distance in double.
+inline double distance(std::span<const float> a, std::span<const float> b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    s += d * d;
+  }
+  return std::sqrt(s);
 }
 
 }  // namespace optex::test
