@@ -9,7 +9,7 @@
 
 namespace optex {
 
-double input_scale(const GradientHistory& history, InputScaling scaling) {
+double input_scale(const HistoryGram& history, InputScaling scaling) {
   if (scaling == InputScaling::none || history.empty()) return 1.0;
   // The authors' code: mean over history of sqrt(||x_j||).
   double sum = 0.0;
@@ -19,7 +19,7 @@ double input_scale(const GradientHistory& history, InputScaling scaling) {
   return scale > 0.0 ? scale : 1.0;  // every point at the origin: nothing to scale
 }
 
-void covariance_matrix(const GradientHistory& history, Kernel kernel, double scaled_lengthscale,
+void covariance_matrix(const HistoryGram& history, Kernel kernel, double scaled_lengthscale,
                        double diagonal, Eigen::MatrixXd& out) {
   const auto n = static_cast<Eigen::Index>(history.size());
   out.resize(n, n);

@@ -1,5 +1,6 @@
 #include "optex/gradient_history.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -8,15 +9,12 @@
 namespace optex {
 
 GradientHistory::GradientHistory(std::size_t capacity, std::size_t dim)
-    : capacity_(capacity),
+    : HistoryGram(capacity),
       dim_(dim),
       points_(capacity * dim),
       gradients_(capacity * dim),
-      squared_distances_(capacity * capacity, 0.0),
-      squared_norms_(capacity, 0.0),
-      gradient_gram_(capacity * capacity, 0.0),
-      scratch_(capacity, 0.0) {
-  if (capacity == 0) throw std::invalid_argument("history: capacity must be >= 1, got 0");
+      scratch_distances_(capacity, 0.0),
+      scratch_inner_(capacity, 0.0) {
   if (dim == 0) throw std::invalid_argument("history: dim must be >= 1, got 0");
 }
 
@@ -26,30 +24,29 @@ void GradientHistory::push(std::span<const float> point, std::span<const float> 
                                 std::to_string(gradient.size()) + " does not match dim " +
                                 std::to_string(dim_));
   }
-  const std::size_t slot = next_;
-  std::copy(point.begin(), point.end(), points_.begin() + static_cast<std::ptrdiff_t>(slot * dim_));
-  std::copy(gradient.begin(), gradient.end(),
-            gradients_.begin() + static_cast<std::ptrdiff_t>(slot * dim_));
-  next_ = (next_ + 1) % capacity_;
-  ++version_;
-  if (size_ < capacity_) ++size_;
-
+  const std::size_t slot = advance();
+  float* x = points_.data() + slot * dim_;
+  float* g = gradients_.data() + slot * dim_;
+  std::copy(point.begin(), point.end(), x);
+  std::copy(gradient.begin(), gradient.end(), g);
   // Only row and column `slot` change: one pass over the points and one over
   // the gradients, each reading the new row once.
-  const float* x = points_.data() + slot * dim_;
-  const float* g = gradients_.data() + slot * dim_;
-  streaming::squared_distances(points_.data(), size_, dim_, x, scratch_.data());
-  for (std::size_t j = 0; j < size_; ++j) {
-    squared_distances_[slot * capacity_ + j] = scratch_[j];
-    squared_distances_[j * capacity_ + slot] = scratch_[j];
+  streaming::squared_distances(points_.data(), size(), dim_, x, scratch_distances_.data());
+  streaming::inner_products(gradients_.data(), size(), dim_, g, scratch_inner_.data());
+  set_row(slot, scratch_distances_.data(), streaming::dot(x, x, dim_), scratch_inner_.data());
+}
+
+void GradientHistory::assign(const HistoryGram& gram, std::span<const float> points,
+                             std::span<const float> gradients) {
+  if (gram.capacity() != capacity() || points.size() != gram.size() * dim_ ||
+      gradients.size() != gram.size() * dim_) {
+    throw std::invalid_argument("history: assign of " + std::to_string(gram.size()) +
+                                " pairs does not match capacity " + std::to_string(capacity()) +
+                                " and dim " + std::to_string(dim_));
   }
-  squared_distances_[slot * capacity_ + slot] = 0.0;
-  squared_norms_[slot] = streaming::dot(x, x, dim_);
-  streaming::inner_products(gradients_.data(), size_, dim_, g, scratch_.data());
-  for (std::size_t j = 0; j < size_; ++j) {
-    gradient_gram_[slot * capacity_ + j] = scratch_[j];
-    gradient_gram_[j * capacity_ + slot] = scratch_[j];
-  }
+  static_cast<HistoryGram&>(*this) = gram;
+  std::copy(points.begin(), points.end(), points_.begin());
+  std::copy(gradients.begin(), gradients.end(), gradients_.begin());
 }
 
 }  // namespace optex

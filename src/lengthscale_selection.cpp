@@ -14,7 +14,7 @@ namespace {
 
 constexpr std::array<double, 9> kDefaultGrid = {0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0};
 
-double median_distance(const GradientHistory& h) {
+double median_distance(const HistoryGram& h) {
   std::vector<double> d;
   d.reserve(h.size() * (h.size() - 1) / 2);
   for (std::size_t i = 0; i < h.size(); ++i)
@@ -25,7 +25,7 @@ double median_distance(const GradientHistory& h) {
 }
 
 // Criterion for one candidate; +inf when the covariance is not positive definite.
-double score(const GradientHistory& h, const Options& o, double scaled_lengthscale,
+double score(const HistoryGram& h, const Options& o, double scaled_lengthscale,
              const Eigen::MatrixXd& q, Eigen::MatrixXd& a) {
   covariance_matrix(h, o.kernel, scaled_lengthscale, o.noise, a);
   Eigen::LLT<Eigen::MatrixXd> llt(a);
@@ -49,7 +49,7 @@ double score(const GradientHistory& h, const Options& o, double scaled_lengthsca
 
 std::span<const double> default_lengthscale_grid() { return kDefaultGrid; }
 
-LengthscaleChoice select_lengthscale(const GradientHistory& h, const Options& o, double current) {
+LengthscaleChoice select_lengthscale(const HistoryGram& h, const Options& o, double current) {
   if (o.lengthscale_selection == LengthscaleSelection::fixed || h.size() < 3) {
     return {current, 0.0, false};
   }

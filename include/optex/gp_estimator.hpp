@@ -20,10 +20,10 @@
 namespace optex {
 
 // The scalar every input is divided by before the kernel sees it.
-double input_scale(const GradientHistory& history, InputScaling scaling);
+double input_scale(const HistoryGram& history, InputScaling scaling);
 
 // out = K + (noise + jitter) I over the history, with K_ij = k(dist_ij / (scale * lengthscale)).
-void covariance_matrix(const GradientHistory& history, Kernel kernel, double scaled_lengthscale,
+void covariance_matrix(const HistoryGram& history, Kernel kernel, double scaled_lengthscale,
                        double diagonal, Eigen::MatrixXd& out);
 
 class GpGradientEstimator {

@@ -28,7 +28,7 @@ struct LengthscaleChoice {
 
 // Returns `current` unchanged when the history has fewer than 3 points or all
 // of them coincide.
-LengthscaleChoice select_lengthscale(const GradientHistory& history, const Options& options,
+LengthscaleChoice select_lengthscale(const HistoryGram& history, const Options& options,
                                      double current);
 
 }  // namespace optex
