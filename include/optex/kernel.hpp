@@ -10,24 +10,27 @@
 #include <string>
 #include <string_view>
 
+#include "optex/detail/host_device.hpp"
+
 namespace optex {
 
 enum class Kernel { matern12, matern32, matern52, rbf };
 
-inline double kernel_value(Kernel kernel, double r) noexcept {
+// Shared with the CUDA kernels, hence the C math functions (::exp, ::sqrt).
+OPTEX_HOST_DEVICE inline double kernel_value(Kernel kernel, double r) noexcept {
   switch (kernel) {
     case Kernel::matern12:
-      return std::exp(-r);
+      return ::exp(-r);
     case Kernel::matern32: {
-      const double a = std::sqrt(3.0) * r;
-      return (1.0 + a) * std::exp(-a);
+      const double a = ::sqrt(3.0) * r;
+      return (1.0 + a) * ::exp(-a);
     }
     case Kernel::matern52: {
-      const double a = std::sqrt(5.0) * r;
-      return (1.0 + a + a * a / 3.0) * std::exp(-a);
+      const double a = ::sqrt(5.0) * r;
+      return (1.0 + a + a * a / 3.0) * ::exp(-a);
     }
     case Kernel::rbf:
-      return std::exp(-0.5 * r * r);
+      return ::exp(-0.5 * r * r);
   }
   return 0.0;
 }
