@@ -11,11 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "optex/detail/engine_backend.hpp"
 #include "optex/engine.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -25,7 +28,7 @@ namespace optex {
 namespace {
 
 constexpr char kMagic[8] = {'O', 'P', 'T', 'E', 'X', 'C', 'K', 'P'};
-constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kFormatVersion = 2;  // 2 added the device and history precision
 
 class Writer {
  public:
@@ -36,10 +39,14 @@ class Writer {
     bytes_.insert(bytes_.end(), p, p + sizeof(T));
   }
   template <class T>
-  void put_vector(const std::vector<T>& v, std::size_t count) {
-    put<std::uint64_t>(count);
+  void put_vector(std::span<const T> v) {
+    put<std::uint64_t>(v.size());
     const auto* p = reinterpret_cast<const char*>(v.data());
-    bytes_.insert(bytes_.end(), p, p + count * sizeof(T));
+    bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v, std::size_t count) {
+    put_vector(std::span<const T>(v.data(), count));
   }
   template <class T>
   void put_vector(const std::vector<T>& v) {
@@ -106,9 +113,13 @@ void put_options(Writer& w, const Options& o) {
   w.put_vector(o.lengthscale_grid);
   w.put<std::uint8_t>(static_cast<std::uint8_t>(o.proxy));
   w.put(o.seed);
+  // Format 2.
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.device.kind));
+  w.put<std::int32_t>(o.device.index);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.history_precision));
 }
 
-Options get_options(Reader& r) {
+Options get_options(Reader& r, std::uint32_t version) {
   Options o;
   o.parallelism = r.get<std::int32_t>();
   o.history = r.get<std::int32_t>();
@@ -122,6 +133,11 @@ Options get_options(Reader& r) {
   o.lengthscale_grid = r.get_vector<double>(1 << 16);
   o.proxy = static_cast<Proxy>(r.get<std::uint8_t>());
   o.seed = r.get<std::uint64_t>();
+  if (version >= 2) {  // format 1 predates devices: CPU, fp32
+    o.device.kind = static_cast<Device::Kind>(r.get<std::uint8_t>());
+    o.device.index = r.get<std::int32_t>();
+    o.history_precision = static_cast<Precision>(r.get<std::uint8_t>());
+  }
   return o;
 }
 
@@ -172,21 +188,27 @@ std::vector<char> read_file(const std::string& path) {
 
 }  // namespace
 
+// An argument of load() that cannot be honoured (as opposed to a bad file).
+struct LoadArgumentError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 // Reaches into the engine and its history to save and restore every member.
 struct CheckpointAccess {
   static std::vector<char> payload(const Engine& e) {
     Writer w;
     put_options(w, e.options_);
     put_optimizer(w, e.optimizer_);
-    w.put_vector(e.x_);
-    w.put(e.state_.step);
-    w.put_vector(e.state_.first_moment);
-    w.put_vector(e.state_.second_moment);
+    w.put_vector(e.iterate());  // host copies on a device engine
+    const OptimizerState& state = e.optimizer_state();
+    w.put(state.step);
+    w.put_vector(state.first_moment);
+    w.put_vector(state.second_moment);
     w.put(e.lengthscale_);
     w.put(e.rng_.state());
     w.put(e.iteration_);
     w.put(e.evaluations_);
-    const GradientHistory& h = e.history_;
+    const GradientHistory& h = e.history();
     w.put<std::uint64_t>(h.size_);
     w.put<std::uint64_t>(h.next_);
     w.put_vector(h.points_, h.size_ * h.dim_);
@@ -197,8 +219,27 @@ struct CheckpointAccess {
     return w.bytes();
   }
 
-  static Engine restore(Reader& r) {
-    Options options = get_options(r);
+  static Engine restore(Reader& r, std::uint32_t version, std::optional<Device> device,
+                        std::optional<Precision> precision) {
+    Options options = get_options(r, version);
+    if (device) {
+      options.device = *device;
+      // bf16 values are exact in fp32: a bf16 history moves to the CPU unchanged.
+      if (!device->is_cuda()) options.history_precision = Precision::fp32;
+    }
+    if (precision) options.history_precision = *precision;
+    // The caller's choices, not the file's content, decide these failures.
+    if (options.history_precision != Precision::fp32 && !options.device.is_cuda()) {
+      throw LoadArgumentError(std::string("history_precision: ") +
+                              precision_name(options.history_precision) +
+                              " storage is available on CUDA devices only, got device cpu");
+    }
+    if (options.device.is_cuda() && options.device.index >= cuda_device_count()) {
+      throw LoadArgumentError("device: " + options.device.name() +
+                              " is not available (this process sees " +
+                              std::to_string(cuda_device_count()) +
+                              " CUDA device(s)); pass another device to Engine::load");
+    }
     Optimizer optimizer = get_optimizer(r);
     std::vector<float> x = r.get_vector<float>(std::size_t{1} << 40);
     // The constructor validates options, optimizer and iterate like any input.
@@ -209,8 +250,9 @@ struct CheckpointAccess {
     state.step = r.get<std::int64_t>();
     state.first_moment = r.get_vector<float>(d);
     state.second_moment = r.get_vector<float>(d);
-    if (state.first_moment.size() != e.state_.first_moment.size() ||
-        state.second_moment.size() != e.state_.second_moment.size() || state.step < 0) {
+    const OptimizerState fresh = init_state(optimizer, d);
+    if (state.first_moment.size() != fresh.first_moment.size() ||
+        state.second_moment.size() != fresh.second_moment.size() || state.step < 0) {
       r.fail("optimizer state does not match the optimizer");
     }
     const double lengthscale = r.get<double>();
@@ -218,7 +260,7 @@ struct CheckpointAccess {
     const auto rng = r.get<std::uint64_t>();
     const auto iteration = r.get<std::int64_t>();
     const auto evaluations = r.get<std::int64_t>();
-    GradientHistory& h = e.history_;
+    GradientHistory h(cap, d);
     const auto size = r.get<std::uint64_t>();
     const auto next = r.get<std::uint64_t>();
     if (size > cap || next >= cap || (size < cap && next != size))
@@ -241,8 +283,7 @@ struct CheckpointAccess {
     h.gradient_gram_ = std::move(gram);
     h.size_ = static_cast<std::size_t>(size);
     h.next_ = static_cast<std::size_t>(next);
-    e.state_ = std::move(state);
-    e.work_state_ = e.state_;
+    e.backend_->restore(state, h);
     e.lengthscale_ = lengthscale;
     e.rng_.set_state(rng);
     e.iteration_ = iteration;
@@ -280,7 +321,8 @@ void Engine::save(const std::string& path) const {
   if (ec) throw std::runtime_error("checkpoint '" + path + "': rename failed: " + ec.message());
 }
 
-Engine Engine::load(const std::string& path) {
+Engine Engine::load(const std::string& path, std::optional<Device> device,
+                    std::optional<Precision> history_precision) {
   const std::vector<char> file = read_file(path);
   constexpr std::size_t kHeader = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   Reader header(file.data(), file.size(), path);
@@ -290,9 +332,9 @@ Engine Engine::load(const std::string& path) {
     header.fail("not an optex checkpoint (bad magic number)");
   for (std::size_t i = 0; i < sizeof kMagic; ++i) header.get<char>();
   const auto version = header.get<std::uint32_t>();
-  if (version != kFormatVersion) {
+  if (version < 1 || version > kFormatVersion) {
     header.fail("format version " + std::to_string(version) +
-                " is not supported (this build reads " + std::to_string(kFormatVersion) + ")");
+                " is not supported (this build reads 1 to " + std::to_string(kFormatVersion) + ")");
   }
   const auto payload_size = header.get<std::uint64_t>();
   if (payload_size != file.size() - kHeader - sizeof(std::uint64_t)) {
@@ -307,7 +349,9 @@ Engine Engine::load(const std::string& path) {
     header.fail("checksum mismatch (corrupted)");
   Reader payload(file.data() + kHeader, static_cast<std::size_t>(payload_size), path);
   try {
-    return CheckpointAccess::restore(payload);
+    return CheckpointAccess::restore(payload, version, device, history_precision);
+  } catch (const LoadArgumentError&) {
+    throw;
   } catch (const std::invalid_argument& e) {
     payload.fail(std::string("invalid content: ") + e.what());
   }

@@ -7,22 +7,20 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "optex/detail/engine_backend.hpp"
 #include "optex/lengthscale_selection.hpp"
-#include "optex/streaming.hpp"
 
 namespace optex {
 namespace {
+
+using detail::ProxySource;
 
 std::uint64_t next_engine_id() {
   static std::atomic<std::uint64_t> counter{1};
   return counter.fetch_add(1);
 }
 
-bool all_finite(std::span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float a) { return std::isfinite(a); });
-}
-
-std::vector<float> checked_start(std::span<const float> x0) {
+std::span<const float> checked_start(std::span<const float> x0) {
   if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
   for (std::size_t i = 0; i < x0.size(); ++i) {
     if (!std::isfinite(x0[i])) {
@@ -31,7 +29,7 @@ std::vector<float> checked_start(std::span<const float> x0) {
       throw std::invalid_argument(msg.str());
     }
   }
-  return {x0.begin(), x0.end()};
+  return x0;
 }
 
 const Options& checked(const Options& o) {
@@ -44,81 +42,50 @@ const Optimizer& checked(const Optimizer& opt) {
   return opt;
 }
 
+std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
+                                                    const Optimizer& optimizer,
+                                                    const Options& options) {
+  if (options.device.is_cuda()) return detail::make_cuda_backend(x0, optimizer, options);
+  return detail::make_cpu_backend(x0, optimizer, options);
+}
+
 }  // namespace
 
 Engine::Engine(std::span<const float> x0, Optimizer optimizer, Options options)
     : options_(checked(options)),
       optimizer_(checked(optimizer)),
-      x_(checked_start(x0)),
-      state_(init_state(optimizer_, x_.size())),
-      history_(static_cast<std::size_t>(options_.history), x_.size()),
-      estimator_(options_.kernel, options_.noise, options_.input_scaling,
-                 static_cast<std::size_t>(options_.history)),
+      backend_(make_backend(checked_start(x0), optimizer_, options_)),
       lengthscale_(options_.lengthscale),
       rng_(options_.seed),
-      work_state_(state_),
-      next_x_(x_.size()),
       finite_(static_cast<std::size_t>(options_.parallelism)),
       id_(next_engine_id()) {
-  batch_.allocate(options_.parallelism, x_.size());
+  batch_.allocate(options_.parallelism, x0.size(), options_.device);
   batch_.owner_ = id_;
 }
 
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
+std::size_t Engine::dim() const { return backend_->dim(); }
+std::span<const float> Engine::iterate() const { return backend_->iterate(); }
+const OptimizerState& Engine::optimizer_state() const { return backend_->optimizer_state(); }
+const GradientHistory& Engine::history() const { return backend_->history(); }
+
 void Engine::refit_if_needed() {
   if (fitted_) return;
-  if (options_.proxy == Proxy::gp && options_.parallelism > 1 && history_.size() >= 2) {
+  const HistoryGram& gram = backend_->gram();
+  if (options_.proxy == Proxy::gp && options_.parallelism > 1 && gram.size() >= 2) {
     if (iteration_ % options_.selection_interval == 0) {
-      lengthscale_ = select_lengthscale(history_, options_, lengthscale_).lengthscale;
+      lengthscale_ = select_lengthscale(gram, options_, lengthscale_).lengthscale;
     }
-    estimator_.fit(history_, lengthscale_);
+    backend_->fit(lengthscale_);
   }
   fitted_ = true;
 }
 
-bool Engine::proxy_gradient(int i) {
-  const std::size_t d = dim();
-  std::span<float> out(batch_.predicted_.data() + static_cast<std::size_t>(i) * d, d);
-  std::span<const float> point = batch_.point(i);
-  char& predicted = batch_.was_predicted_[static_cast<std::size_t>(i)];
-  predicted = 1;
-
-  if (options_.proxy == Proxy::target) {
-    if (!oracle_) {
-      throw std::runtime_error(
-          "proxy: Proxy::target needs a gradient oracle (Engine::set_gradient_oracle, or use "
-          "optex::minimize)");
-    }
-    const double loss = oracle_(point, out);
-    if (!std::isfinite(loss) || !all_finite(out)) {
-      throw std::runtime_error("proxy: the gradient oracle returned a non-finite value");
-    }
-    return true;
-  }
-  const std::size_t h = history_.size();
-  const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
-  if (h == 0 || (h == 1 && reference_warmup && options_.proxy == Proxy::gp)) {
-    predicted = 0;
-    std::fill(out.begin(), out.end(), 0.0f);
-    return reference_warmup;  // the reference still steps (with zero); otherwise hold
-  }
-  if (options_.proxy == Proxy::last_gradient || h == 1) {
-    auto g = history_.gradient(history_.newest_slot());
-    std::copy(g.begin(), g.end(), out.begin());
-    return true;
-  }
-  estimator_.predict(history_, point, out);
-  for (double w : estimator_.weights()) {
-    if (!std::isfinite(w)) {
-      throw std::runtime_error("proxy: the GP weights are not finite (lengthscale " +
-                               std::to_string(lengthscale_) + ")");
-    }
-  }
-  return true;
-}
-
 Batch& Engine::ask() {
   if (pending_) return batch_;
-  const std::size_t d = dim();
   const int n = batch_.size();
   const auto saved_rng = rng_.state();
   const double saved_lengthscale = lengthscale_;
@@ -126,18 +93,44 @@ Batch& Engine::ask() {
     refit_if_needed();
     batch_.iteration_ = iteration_;
     for (int i = 0; i < n; ++i) batch_.seeds_[static_cast<std::size_t>(i)] = rng_.next();
-    std::copy(x_.begin(), x_.end(), batch_.points_.begin());
-    work_state_ = state_;
-    batch_.proxy_steps_applied_ = true;
+    backend_->begin_batch(batch_);
+
+    // Where the proxy gradients come from this iteration (the history does
+    // not change within one).
+    const std::size_t h = backend_->gram().size();
+    const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
+    ProxySource source = ProxySource::gp;
+    if (options_.proxy == Proxy::target) {
+      if (!oracle_ && n > 1) {
+        throw std::runtime_error(
+            "proxy: Proxy::target needs a gradient oracle (Engine::set_gradient_oracle, or use "
+            "optex::minimize)");
+      }
+      source = ProxySource::oracle;
+    } else if (h == 0 || (h == 1 && reference_warmup && options_.proxy == Proxy::gp)) {
+      // The reference still steps (with zero); otherwise the points hold at the iterate.
+      source = reference_warmup ? ProxySource::zero : ProxySource::hold;
+    } else if (options_.proxy == Proxy::last_gradient || h == 1) {
+      source = ProxySource::newest;
+    }
+    const detail::HostGradient oracle = [this](std::span<const float> x, std::span<float> g) {
+      const double loss = oracle_(x, g);
+      if (!std::isfinite(loss) ||
+          !std::all_of(g.begin(), g.end(), [](float a) { return std::isfinite(a); })) {
+        throw std::runtime_error("proxy: the gradient oracle returned a non-finite value");
+      }
+    };
+    batch_.proxy_steps_applied_ = source != ProxySource::hold;
+    const bool predicts = source != ProxySource::hold && source != ProxySource::zero;
+    std::fill(batch_.was_predicted_.begin(), batch_.was_predicted_.end(), 0);
     // Proxy steps: x_i = step(x_{i-1}, s_{i-1}, mu(x_{i-1})); the state really advances.
     for (int i = 1; i < n; ++i) {
-      float* row = batch_.points_.data() + static_cast<std::size_t>(i) * d;
-      std::copy(row - d, row, row);
-      if (proxy_gradient(i - 1)) {
-        apply_step(optimizer_, {row, d}, work_state_, batch_.predicted_gradient(i - 1));
-      } else {
-        batch_.proxy_steps_applied_ = false;
-      }
+      batch_.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
+      backend_->proxy_step(batch_, i, source, oracle);
+    }
+    if (!backend_->finish_batch(batch_)) {
+      throw std::runtime_error("proxy: the GP weights are not finite (lengthscale " +
+                               std::to_string(lengthscale_) + ")");
     }
   } catch (...) {
     rng_.set_state(saved_rng);
@@ -182,9 +175,9 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
                                 " does not match N = " + std::to_string(n));
   }
   // Bindings may hand the batch's own buffers back: copying onto itself is not allowed.
-  if (gradients.data() != batch_.grads_.data()) {
-    std::copy(gradients.begin(), gradients.end(), batch_.grads_.begin());
-  }
+  std::span<float> grads = batch_.grads();  // host rows (staged for upload on a device)
+  if (gradients.data() != grads.data())
+    std::copy(gradients.begin(), gradients.end(), grads.begin());
   if (losses.data() != batch_.losses_.data()) {
     std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
   }
@@ -193,14 +186,13 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
 
 const IterationInfo& Engine::commit(Batch& batch) {
   const int n = batch.size();
-  const std::size_t d = dim();
   // Which pairs may enter the history, and which point the commit steps from.
-  std::vector<char>& finite = finite_;
+  backend_->check_gradients(batch, finite_);
   int last_finite = -1;
   for (int i = 0; i < n; ++i) {
-    finite[static_cast<std::size_t>(i)] =
-        std::isfinite(batch.loss(i)) && all_finite(batch.grad(i)) ? 1 : 0;
-    if (finite[static_cast<std::size_t>(i)]) last_finite = i;
+    char& ok = finite_[static_cast<std::size_t>(i)];
+    ok = ok && std::isfinite(batch.loss(i)) ? 1 : 0;
+    if (ok) last_finite = i;
   }
   if (last_finite < 0) {
     throw std::runtime_error("tell: every gradient or loss of iteration " +
@@ -210,53 +202,24 @@ const IterationInfo& Engine::commit(Batch& batch) {
   }
   // From here on nothing throws: the state changes all at once.
   const int c = last_finite;
-  if (c != n - 1) {
-    // Replay the proxy steps up to point c to recover its optimizer state.
-    work_state_ = state_;
-    std::copy(x_.begin(), x_.end(), next_x_.begin());
-    if (batch.proxy_steps_applied_) {
-      for (int i = 0; i < c; ++i)
-        apply_step(optimizer_, next_x_, work_state_, batch.predicted_gradient(i));
-    }
-  } else {
-    auto p = batch.point(c);
-    std::copy(p.begin(), p.end(), next_x_.begin());
-  }
-  apply_step(optimizer_, next_x_, work_state_, batch.grad(c));
+  const detail::CommitStats stats = backend_->commit(batch, c, finite_, batch.was_predicted_);
 
   IterationInfo info;
   info.lengthscale = lengthscale_;
-  double cosine_sum = 0.0;
-  int cosine_count = 0;
-  for (int i = 0; i + 1 < n; ++i) {
-    if (!finite[static_cast<std::size_t>(i)] || !batch.was_predicted_[static_cast<std::size_t>(i)])
-      continue;
-    const float* p = batch.predicted_.data() + static_cast<std::size_t>(i) * d;
-    const float* g = batch.grads_.data() + static_cast<std::size_t>(i) * d;
-    const double denom = std::sqrt(streaming::dot(p, p, d) * streaming::dot(g, g, d));
-    if (denom > 0.0) {
-      cosine_sum += streaming::dot(p, g, d) / denom;
-      ++cosine_count;
-    }
-  }
-  info.cosine =
-      cosine_count > 0 ? cosine_sum / cosine_count : std::numeric_limits<double>::quiet_NaN();
+  info.cosine = stats.cosine_count > 0 ? stats.cosine_sum / stats.cosine_count
+                                       : std::numeric_limits<double>::quiet_NaN();
   info.best_loss = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
-    if (!finite[static_cast<std::size_t>(i)]) {
+    if (!finite_[static_cast<std::size_t>(i)]) {
       ++info.dropped;
       continue;
     }
     info.best_loss = std::min(info.best_loss, batch.loss(i));
-    history_.push(batch.point(i), batch.grad(i));
   }
   info.loss = batch.loss(c);
-  auto gc = batch.grad(c);
-  info.grad_norm = std::sqrt(streaming::dot(gc.data(), gc.data(), d));
+  info.grad_norm = stats.grad_norm;
   info.committed_point = c;
 
-  std::swap(x_, next_x_);
-  std::swap(state_, work_state_);
   ++iteration_;
   evaluations_ += n;
   if (options_.proxy == Proxy::target) evaluations_ += n - 1;  // the oracle's sequential calls
@@ -264,7 +227,7 @@ const IterationInfo& Engine::commit(Batch& batch) {
   fitted_ = false;
   info.iteration = iteration_;
   info.evaluations = evaluations_;
-  info.iterate = x_;
+  info.iterate = backend_->iterate_if_host();
   info_ = info;
   return info_;
 }

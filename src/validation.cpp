@@ -1,5 +1,6 @@
 // Hyperparameter checks. Each names the parameter and the value it got.
 #include <cmath>
+#include <concepts>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,12 @@ namespace {
   msg << name << ": must be " << requirement << ", got " << value;
   throw std::invalid_argument(msg.str());
 }
+// Integers print as integers (1000000, not 1e+06).
+template <std::integral T>
+[[noreturn]] void reject(const char* name, T value, const char* requirement) {
+  throw std::invalid_argument(std::string(name) + ": must be " + requirement + ", got " +
+                              std::to_string(value));
+}
 
 void require_positive(const char* name, double v) {
   if (!std::isfinite(v) || v <= 0.0) reject(name, v, "finite and > 0");
@@ -31,7 +38,9 @@ void require_unit_interval(const char* name, double v) {
 
 void Options::validate() const {
   if (parallelism < 1) reject("parallelism", parallelism, ">= 1");
-  if (history < 1) reject("history", history, ">= 1");
+  // The fit is an O(T0^3) solve and the CUDA step keeps T0 weights in shared
+  // memory: a history beyond a few thousand pairs is a mistake, not a setting.
+  if (history < 1 || history > kMaxHistory) reject("history", history, "in [1, 4096]");
   require_positive("lengthscale", lengthscale);
   require_non_negative("noise", noise);
   if (selection_interval < 1) reject("selection_interval", selection_interval, ">= 1");
@@ -44,6 +53,17 @@ void Options::validate() const {
     reject("input_scaling", static_cast<int>(input_scaling), "one of the InputScaling values");
   if (static_cast<int>(warmup) < 0 || static_cast<int>(warmup) > 1)
     reject("warmup", static_cast<int>(warmup), "one of the Warmup values");
+  if (device.kind != Device::Kind::cpu && device.kind != Device::Kind::cuda)
+    reject("device", static_cast<int>(device.kind), "cpu or cuda");
+  if (device.index < 0 || (!device.is_cuda() && device.index != 0))
+    reject("device.index", device.index, device.is_cuda() ? ">= 0" : "0 for the CPU");
+  if (static_cast<int>(history_precision) < 0 || static_cast<int>(history_precision) > 2)
+    reject("history_precision", static_cast<int>(history_precision), "one of the Precision values");
+  if (history_precision != Precision::fp32 && !device.is_cuda()) {
+    throw std::invalid_argument(std::string("history_precision: ") +
+                                precision_name(history_precision) +
+                                " storage is available on CUDA devices only, got device cpu");
+  }
   if (static_cast<int>(lengthscale_selection) < 0 || static_cast<int>(lengthscale_selection) > 2)
     reject("lengthscale_selection", static_cast<int>(lengthscale_selection),
            "one of the LengthscaleSelection values");

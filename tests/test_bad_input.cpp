@@ -178,9 +178,15 @@ TEST(BadInput, Parallelism) {
 }
 
 TEST(BadInput, History) {
-  Options o;
-  o.history = 0;
-  ExpectConstructorRejects([&] { return Engine(kX0, Adam{}, o); }, {"history", "0"});
+  for (int t0 : {0, -1, optex::kMaxHistory + 1, 1'000'000}) {
+    Options o;
+    o.history = t0;
+    ExpectConstructorRejects([&] { return Engine(kX0, Adam{}, o); },
+                             {"history", std::to_string(t0), "4096"});
+  }
+  Options largest;
+  largest.history = optex::kMaxHistory;
+  EXPECT_NO_THROW(largest.validate());
 }
 
 TEST(BadInput, Lengthscale) {

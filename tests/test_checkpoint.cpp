@@ -464,13 +464,66 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 2u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 3u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
     ExpectLoadFails(bytes, "version");
     ExpectLoadFails(bytes, std::to_string(version));
   }
+}
+
+// Format 1 predates devices: the same payload without the device kind, index
+// and history precision after the seed. Such a file still loads, on the CPU,
+// and the run continues bit for bit.
+TEST_F(Checkpoint, ReadsFormatOneAsACpuRun) {
+  Engine e(Start(6, 3), Adam{.lr = 0.05}, Options{});
+  for (int t = 0; t < 4; ++t) Step(e);
+  std::vector<char> bytes = SavedBytes(e, "v2.ckpt");
+  // Options with an empty lengthscale grid: 4+4+1+8+8+1+1+1+4+(8+0)+1+8 bytes, then 1+4+1.
+  constexpr std::size_t kDeviceFields = kHeader + 49;
+  ASSERT_EQ(bytes[kDeviceFields], 0);  // Device::Kind::cpu
+  bytes.erase(bytes.begin() + kDeviceFields, bytes.begin() + kDeviceFields + 6);
+  const std::uint32_t version = 1;
+  std::memcpy(bytes.data() + 8, &version, sizeof version);
+  const std::uint64_t payload = bytes.size() - kHeader - kTrailer;
+  std::memcpy(bytes.data() + 12, &payload, sizeof payload);
+  FixChecksum(bytes);
+  WriteBytes(Path("v1.ckpt"), bytes);
+
+  Engine restored = Engine::load(Path("v1.ckpt"));
+  EXPECT_EQ(restored.device(), optex::Device::cpu());
+  EXPECT_TRUE(SameEngine(restored, e));
+  for (int t = 0; t < 3; ++t) {
+    Step(restored);
+    Step(e);
+  }
+  EXPECT_TRUE(SameEngine(restored, e));
+}
+
+// load()'s own arguments are checked as arguments (std::invalid_argument),
+// not reported as a bad file: bf16 storage on the CPU, a device that is not there.
+TEST_F(Checkpoint, LoadArgumentsThatCannotBeHonouredAreInvalidArguments) {
+  Engine e(Start(6, 3), Adam{.lr = 0.05}, Options{});
+  Step(e);
+  e.save(Path("run.ckpt"));
+  try {
+    (void)Engine::load(Path("run.ckpt"), optex::Device::cpu(), optex::Precision::bf16);
+    ADD_FAILURE() << "bf16 storage on the CPU was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("history_precision"));
+    EXPECT_THAT(error.what(), HasSubstr("bf16"));
+  }
+  const optex::Device missing = optex::Device::cuda(optex::cuda_device_count());
+  try {
+    (void)Engine::load(Path("run.ckpt"), missing);
+    ADD_FAILURE() << missing.name() << " was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("device"));
+    EXPECT_THAT(error.what(), HasSubstr(missing.name()));
+  }
+  // Without overrides the run loads where it was saved.
+  EXPECT_TRUE(SameEngine(Engine::load(Path("run.ckpt")), e));
 }
 
 // A well-formed file (checksum fixed) whose content fails the engine's own

@@ -13,17 +13,24 @@
 // the batch whose pair is finite (replaying the proxy steps up to it, so the
 // optimizer state is exactly that point's). If no pair is finite, tell()
 // throws std::runtime_error and nothing changes: the batch stays pending.
+//
+// Devices: with Options::device = Device::cuda(k) the iterate, optimizer
+// state, history and batch rows live on GPU k, and an iteration moves nothing
+// of size d to the host; the batch hands out device rows (batch.hpp).
+// iterate(), optimizer_state() and history() still work there, as copies made
+// on request.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "optex/batch.hpp"
-#include "optex/gp_estimator.hpp"
+#include "optex/device.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/optimizer.hpp"
@@ -32,6 +39,10 @@
 
 namespace optex {
 
+namespace detail {
+class EngineBackend;
+}
+
 // Writes the true gradient at x into g and returns the loss. Needed only by
 // Proxy::target, whose proxy steps use true gradients.
 using GradientOracle = std::function<double(std::span<const float> x, std::span<float> g)>;
@@ -39,12 +50,15 @@ using GradientOracle = std::function<double(std::span<const float> x, std::span<
 class Engine {
  public:
   // Throws std::invalid_argument, naming the parameter and its value, for an
-  // empty or non-finite x0, bad options or bad optimizer hyperparameters.
+  // empty or non-finite x0, bad options or bad optimizer hyperparameters, or a
+  // device this build or machine does not have; std::runtime_error when the
+  // history does not fit in device memory.
   Engine(std::span<const float> x0, Optimizer optimizer, Options options = {});
 
   // Movable, not copyable: a batch names the engine it came from.
-  Engine(Engine&&) noexcept = default;
-  Engine& operator=(Engine&&) noexcept = default;
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -66,15 +80,22 @@ class Engine {
   // Checkpoints: everything that determines the rest of the trajectory. Saving
   // between ask() and tell() throws std::runtime_error. load() throws
   // std::runtime_error for a missing, truncated, corrupted or foreign file.
+  // `device` moves the run to another device (a bf16 history becomes fp32 on
+  // the CPU, exactly) and `history_precision` changes the history's storage
+  // (rounding it); without them the run resumes as it was saved. A device
+  // that is not there, or bf16 on the CPU, throws std::invalid_argument.
   void save(const std::string& path) const;
-  static Engine load(const std::string& path);
+  static Engine load(const std::string& path, std::optional<Device> device = std::nullopt,
+                     std::optional<Precision> history_precision = std::nullopt);
 
-  std::size_t dim() const { return x_.size(); }
-  std::span<const float> iterate() const { return x_; }
-  const OptimizerState& optimizer_state() const { return state_; }
+  std::size_t dim() const;
+  Device device() const { return options_.device; }
+  // Host views; on a device engine each call copies from the device.
+  std::span<const float> iterate() const;
+  const OptimizerState& optimizer_state() const;
+  const GradientHistory& history() const;
   const Optimizer& optimizer() const { return optimizer_; }
   const Options& options() const { return options_; }
-  const GradientHistory& history() const { return history_; }
   std::int64_t iteration() const { return iteration_; }
   std::int64_t evaluations() const { return evaluations_; }
   double lengthscale() const { return lengthscale_; }
@@ -84,18 +105,12 @@ class Engine {
 
  private:
   friend struct CheckpointAccess;
-  // The proxy gradient at batch point i into predicted row i; false when the
-  // warm-up holds the points at the iterate instead.
-  bool proxy_gradient(int i);
   void refit_if_needed();
   const IterationInfo& commit(Batch& batch);
 
   Options options_;
   Optimizer optimizer_;
-  std::vector<float> x_;
-  OptimizerState state_;
-  GradientHistory history_;
-  GpGradientEstimator estimator_;
+  std::unique_ptr<detail::EngineBackend> backend_;  // everything of size d
   double lengthscale_;
   SplitMix64 rng_;
   std::int64_t iteration_ = 0;
@@ -103,8 +118,6 @@ class Engine {
 
   // Per-iteration work space (allocated once).
   Batch batch_;
-  OptimizerState work_state_;  // s_{N-1} after ask()
-  std::vector<float> next_x_;
   std::vector<char> finite_;  // per point: may its pair enter the history?
   bool pending_ = false;
   bool fitted_ = false;  // estimator matches history_ and lengthscale_

@@ -19,7 +19,9 @@ struct IterationInfo {
   double lengthscale = 0.0;  // lengthscale used by this iteration's proxy steps
   int committed_point = 0;   // index of the point the commit stepped from (N-1 unless dropped)
   int dropped = 0;           // pairs with a non-finite gradient or loss, kept out of the history
-  std::span<const float> iterate;  // the new iterate (valid until the next tell)
+  // The new iterate, valid until the next tell; empty on a device engine
+  // (Engine::iterate() copies it from the device on request).
+  std::span<const float> iterate;
 };
 
 }  // namespace optex

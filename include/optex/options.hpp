@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "optex/device.hpp"
 #include "optex/kernel.hpp"
 
 namespace optex {
@@ -49,9 +50,12 @@ enum class Warmup {
   last_gradient,
 };
 
+// The largest history Options::validate accepts.
+inline constexpr int kMaxHistory = 4096;
+
 struct Options {
   int parallelism = 4;  // N: points evaluated per iteration (one per worker)
-  int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps
+  int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps (<= 4096)
 
   Kernel kernel = Kernel::matern52;
   // Lengthscale in the units of the scaled inputs. With selection enabled it is
@@ -69,6 +73,12 @@ struct Options {
 
   Proxy proxy = Proxy::gp;
   std::uint64_t seed = 0;  // drives the per-point seeds handed to stochastic objectives
+
+  // Where the iterate, optimizer state, history and batch rows live.
+  Device device = Device::cpu();
+  // Storage of the history's points and gradients (CUDA devices only;
+  // arithmetic stays fp32 / fp64). See Precision for what bf16 costs.
+  Precision history_precision = Precision::fp32;
 
   // The authors' reference semantics (optex_jax/OptEx_JAX.py): Matern-5/2,
   // lengthscale 0.1 on inputs divided by mean sqrt(||x_j||), noise 1e-3,

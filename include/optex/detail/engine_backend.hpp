@@ -1,0 +1,135 @@
+// The storage and arithmetic behind an Engine, one implementation per device.
+//
+// The Engine (src/engine.cpp) owns the algorithm's control: options, the
+// random seeds, the lengthscale choice, the warm-up rules, which pairs are
+// finite, which point the commit steps from, and the IterationInfo. Everything
+// of size d (iterate, optimizer state, history, batch rows) lives in a backend
+// and is touched only through this interface: the CPU backend
+// (src/cpu_backend.cpp) with Eigen and the streaming passes, the CUDA backend
+// (cuda/cuda_backend.cpp) with cuBLAS, cuSOLVER and fused kernels.
+//
+// Not part of the public API: it may change between versions.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "optex/batch.hpp"
+#include "optex/device.hpp"
+#include "optex/gradient_history.hpp"
+#include "optex/history_gram.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/optimizer_state.hpp"
+#include "optex/options.hpp"
+
+namespace optex::detail {
+
+// What the proxy step from point i-1 to point i uses as the gradient.
+enum class ProxySource {
+  hold,    // warm-up with an empty history: point i = point i-1, state untouched
+  zero,    // the reference warm-up: step with a zero gradient (the state advances)
+  newest,  // the newest history gradient
+  gp,      // the GP mean at point i-1 (after fit())
+  oracle,  // the true gradient at point i-1, from a host gradient oracle
+};
+
+// Writes the true gradient at x into g (host memory); throws on a non-finite result.
+using HostGradient = std::function<void(std::span<const float> x, std::span<float> g)>;
+
+// What commit() measured on the way.
+struct CommitStats {
+  double cosine_sum = 0.0;  // sum over the rows with a real prediction and a finite pair
+  int cosine_count = 0;
+  double grad_norm = 0.0;  // ||g_c||
+};
+
+// What a backend may reach inside a Batch.
+struct BatchAccess {
+  // Sizes the batch for n points of dimension d on `device` (benchmarks and
+  // tests that drive a backend without an Engine).
+  static void allocate(Batch& b, int n, std::size_t d, Device device) { b.allocate(n, d, device); }
+  // Host rows (CPU backend): N x d points and gradients, (N-1) x d predictions.
+  static float* points(Batch& b) { return b.points_.data(); }
+  static float* grads(Batch& b) { return b.grads_.data(); }
+  static float* predicted(Batch& b) { return b.predicted_.data(); }
+  // Whether ask() applied the proxy steps (false when warm-up held the points).
+  static bool proxy_steps_applied(const Batch& b) { return b.proxy_steps_applied_; }
+
+  // Device backends: hand the batch its device rows and the copier its host
+  // views use; call once, after Batch::allocate.
+  static void attach_device(Batch& b, const DeviceRows* rows, float* points, float* grads,
+                            float* predicted) {
+    b.device_rows_ = rows;
+    b.device_points_ = points;
+    b.device_grads_ = grads;
+    b.device_predicted_ = predicted;
+  }
+  // A new batch on the device: every host copy is stale.
+  static void invalidate_host_copies(Batch& b) { b.invalidate_host_copies(); }
+  // Gradient rows the caller wrote through host views (staged[i] != 0), and
+  // the host rows holding them.
+  static std::span<const char> staged_gradients(const Batch& b) { return b.gradient_staged_; }
+  static const float* host_grads(const Batch& b) { return b.grads_.data(); }
+};
+
+class EngineBackend {
+ public:
+  virtual ~EngineBackend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::size_t dim() const = 0;
+
+  // ---- host views (a device backend copies on request) ----
+  virtual std::span<const float> iterate() = 0;
+  virtual const OptimizerState& optimizer_state() = 0;
+  virtual const GradientHistory& history() = 0;
+  // The T0 x T0 statistics of the history; always on the host, never copies.
+  virtual const HistoryGram& gram() const = 0;
+  // The iterate as a span valid until the next commit, without copying: the
+  // CPU backend's own vector; empty on a device.
+  virtual std::span<const float> iterate_if_host() const = 0;
+
+  // Replaces optimizer state and history wholesale (checkpoint restore). The
+  // iterate was given at construction. Sizes are the caller's to check.
+  virtual void restore(const OptimizerState& state, const GradientHistory& history) = 0;
+
+  // ---- one iteration ----
+  // Factorises the GP covariance of the current history at this lengthscale
+  // (jitter escalating by decades up to 1e-2); throws std::runtime_error when
+  // even that fails. Returns the jitter used.
+  virtual double fit(double lengthscale) = 0;
+  // Point 0 := iterate, work state := state; the batch's host copies are stale.
+  virtual void begin_batch(Batch& batch) = 0;
+  // Predicted row i-1 := the source's gradient at point i-1 (zero for hold and
+  // zero), then point i := step(point i-1, work state, predicted row i-1)
+  // (a copy of point i-1 for hold). `oracle` is used by ProxySource::oracle only.
+  virtual void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) = 0;
+  // Ends ask(): waits for the device, and returns false if any GP weight of
+  // this batch's proxy steps was not finite.
+  virtual bool finish_batch(Batch& batch) = 0;
+
+  // Uploads rows the caller wrote through host views, then sets finite[i] to
+  // whether gradient row i is entirely finite.
+  virtual void check_gradients(Batch& batch, std::span<char> finite) = 0;
+  // The commit, which must not throw: next iterate := step from point c with
+  // gradient c (replaying the proxy steps 0..c-1 from the iterate when
+  // c < N-1 and the batch's proxy steps were applied); pairs with keep[i]
+  // enter the history in order; state and iterate advance. Cosines are taken
+  // between predicted and true rows i < N-1 with keep[i] and predicted[i].
+  virtual CommitStats commit(Batch& batch, int c, std::span<const char> keep,
+                             std::span<const char> predicted) = 0;
+};
+
+// The CPU backend.
+std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
+                                                const Optimizer& optimizer, const Options& options);
+// The CUDA backend on options.device; throws std::invalid_argument when optex
+// was built without CUDA or the device does not exist, std::runtime_error
+// when the history does not fit in device memory.
+std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
+                                                 const Optimizer& optimizer,
+                                                 const Options& options);
+
+}  // namespace optex::detail

@@ -1,0 +1,156 @@
+// The CPU backend: the iterate, optimizer state, history and batch rows in
+// host memory; Eigen for the T0 x T0 algebra and the streaming passes of
+// streaming.hpp for everything of size d.
+#include <algorithm>
+#include <cmath>
+
+#include "optex/detail/engine_backend.hpp"
+#include "optex/gp_estimator.hpp"
+#include "optex/streaming.hpp"
+
+namespace optex::detail {
+namespace {
+
+bool all_finite(const float* v, std::size_t n) {
+  return std::all_of(v, v + n, [](float a) { return std::isfinite(a); });
+}
+
+class CpuBackend final : public EngineBackend {
+ public:
+  CpuBackend(std::span<const float> x0, const Optimizer& optimizer, const Options& options)
+      : optimizer_(optimizer),
+        x_(x0.begin(), x0.end()),
+        next_x_(x0.size()),
+        state_(init_state(optimizer, x0.size())),
+        work_state_(state_),
+        history_(static_cast<std::size_t>(options.history), x0.size()),
+        estimator_(options.kernel, options.noise, options.input_scaling,
+                   static_cast<std::size_t>(options.history)) {}
+
+  Device device() const override { return Device::cpu(); }
+  std::size_t dim() const override { return x_.size(); }
+
+  std::span<const float> iterate() override { return x_; }
+  const OptimizerState& optimizer_state() override { return state_; }
+  const GradientHistory& history() override { return history_; }
+  const HistoryGram& gram() const override { return history_; }
+  std::span<const float> iterate_if_host() const override { return x_; }
+
+  void restore(const OptimizerState& state, const GradientHistory& history) override {
+    state_ = state;
+    work_state_ = state;
+    history_ = history;
+  }
+
+  double fit(double lengthscale) override {
+    estimator_.fit(history_, lengthscale);
+    return estimator_.jitter();
+  }
+
+  void begin_batch(Batch& batch) override {
+    std::copy(x_.begin(), x_.end(), BatchAccess::points(batch));
+    work_state_ = state_;
+    weights_finite_ = true;
+  }
+
+  void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) override {
+    const std::size_t d = dim();
+    float* row = BatchAccess::points(batch) + static_cast<std::size_t>(i) * d;
+    const float* from = row - d;
+    std::span<float> predicted(BatchAccess::predicted(batch) + static_cast<std::size_t>(i - 1) * d,
+                               d);
+    std::copy(from, from + d, row);
+    switch (source) {
+      case ProxySource::hold:
+        std::fill(predicted.begin(), predicted.end(), 0.0f);
+        return;
+      case ProxySource::zero:
+        std::fill(predicted.begin(), predicted.end(), 0.0f);
+        break;
+      case ProxySource::newest: {
+        auto g = history_.gradient(history_.newest_slot());
+        std::copy(g.begin(), g.end(), predicted.begin());
+        break;
+      }
+      case ProxySource::gp:
+        estimator_.predict(history_, {from, d}, predicted);
+        for (double w : estimator_.weights()) weights_finite_ = weights_finite_ && std::isfinite(w);
+        break;
+      case ProxySource::oracle:
+        oracle({from, d}, predicted);
+        break;
+    }
+    apply_step(optimizer_, {row, d}, work_state_, predicted);
+  }
+
+  bool finish_batch(Batch&) override { return weights_finite_; }
+
+  void check_gradients(Batch& batch, std::span<char> finite) override {
+    const std::size_t d = dim();
+    const float* grads = BatchAccess::grads(batch);
+    for (std::size_t i = 0; i < finite.size(); ++i) finite[i] = all_finite(grads + i * d, d);
+  }
+
+  CommitStats commit(Batch& batch, int c, std::span<const char> keep,
+                     std::span<const char> predicted) override {
+    const std::size_t d = dim();
+    const auto n = static_cast<int>(keep.size());
+    const float* points = BatchAccess::points(batch);
+    const float* grads = BatchAccess::grads(batch);
+    const float* predictions = BatchAccess::predicted(batch);
+    const auto row = [d](const float* rows, int i) {
+      return rows + static_cast<std::size_t>(i) * d;
+    };
+    if (c != n - 1) {
+      // Replay the proxy steps up to point c to recover its optimizer state.
+      work_state_ = state_;
+      std::copy(x_.begin(), x_.end(), next_x_.begin());
+      if (BatchAccess::proxy_steps_applied(batch)) {
+        for (int i = 0; i < c; ++i)
+          apply_step(optimizer_, next_x_, work_state_, {row(predictions, i), d});
+      }
+    } else {
+      std::copy(row(points, c), row(points, c) + d, next_x_.begin());
+    }
+    apply_step(optimizer_, next_x_, work_state_, {row(grads, c), d});
+
+    CommitStats stats;
+    for (int i = 0; i + 1 < n; ++i) {
+      if (!keep[static_cast<std::size_t>(i)] || !predicted[static_cast<std::size_t>(i)]) continue;
+      const float* p = row(predictions, i);
+      const float* g = row(grads, i);
+      const double denom = std::sqrt(streaming::dot(p, p, d) * streaming::dot(g, g, d));
+      if (denom > 0.0) {
+        stats.cosine_sum += streaming::dot(p, g, d) / denom;
+        ++stats.cosine_count;
+      }
+    }
+    stats.grad_norm = std::sqrt(streaming::dot(row(grads, c), row(grads, c), d));
+    for (int i = 0; i < n; ++i) {
+      if (keep[static_cast<std::size_t>(i)]) history_.push({row(points, i), d}, {row(grads, i), d});
+    }
+    std::swap(x_, next_x_);
+    std::swap(state_, work_state_);
+    return stats;
+  }
+
+ private:
+  Optimizer optimizer_;
+  std::vector<float> x_;
+  std::vector<float> next_x_;
+  OptimizerState state_;
+  OptimizerState work_state_;  // s_{N-1} after ask()
+  GradientHistory history_;
+  GpGradientEstimator estimator_;
+  bool weights_finite_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
+                                                const Optimizer& optimizer,
+                                                const Options& options) {
+  return std::make_unique<CpuBackend>(x0, optimizer, options);
+}
+
+}  // namespace optex::detail
