@@ -1,0 +1,520 @@
+// The CUDA kernels of the backend (see kernels.cuh).
+//
+// Reductions over d (squared_distances, row_dots) are deterministic: the grid
+// over d is reduction_blocks(d) blocks of kThreads threads whatever the device;
+// every thread sums its grid-stride slice in fp32 in increasing k, each block
+// sums its threads in fp64 in a fixed tree order and writes one partial per
+// row, and a second kernel sums each row's partials in a fixed order in fp64.
+// No atomics touch a value.
+//
+// Compiled with --fmad=false and IEEE division and square root, so the
+// elementwise updates (detail::sgd_update / adam_update) are bitwise the CPU's.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "cuda_check.hpp"
+#include "kernels.cuh"
+
+namespace optex::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // threads per block, every kernel
+constexpr int kWarps = kThreads / 32;
+constexpr std::size_t kElementsPerThread = 8;  // of a reduction, before the grid stops growing
+constexpr int kMaxReductionBlocks = 1024;
+constexpr int kMaxChunk = 16;     // rows per squared_distances block
+constexpr int kMaxGridY = 65535;  // gridDim.y (and z) limit
+constexpr std::size_t kMaxElementwiseBlocks = 65536;
+constexpr int kMaxStepRows = 12288;  // 48 KiB of float weights in shared memory
+constexpr unsigned kFullMask = 0xffffffffu;
+
+int ceil_div(int a, int b) { return static_cast<int>((static_cast<long long>(a) + b - 1) / b); }
+
+// Blocks of a grid-stride elementwise kernel over count elements (count > 0).
+unsigned elementwise_blocks(std::size_t count) {
+  const std::size_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::min(blocks, kMaxElementwiseBlocks));
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
+  return v;  // the warp's sum in lane 0, in a fixed order
+}
+
+// The shared scratch of block_sum_to_partials: one array per kernel, whatever
+// the instantiations of the template it holds.
+__device__ __forceinline__ double (*reduction_scratch())[kWarps] {
+  __shared__ double scratch[kMaxChunk][kWarps];
+  return scratch;
+}
+
+// Sums acc[r] over the block (kThreads threads) in fp64 in a fixed order and
+// writes the block's sum of row r to partials[r * blocks + block]. Every
+// thread of the block must call it.
+template <int R>
+__device__ __forceinline__ void block_sum_to_partials(const float (&acc)[R], double* partials,
+                                                      int blocks, int block) {
+  static_assert(R >= 1 && R <= kMaxChunk);
+  double(*warp_sums)[kWarps] = reduction_scratch();
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const double s = warp_sum(static_cast<double>(acc[r]));
+    if (lane == 0) warp_sums[r][warp] = s;
+  }
+  __syncthreads();
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < R) {
+    double s = 0.0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += warp_sums[r][w];
+    partials[static_cast<std::size_t>(r) * static_cast<std::size_t>(blocks) +
+             static_cast<std::size_t>(block)] = s;
+  }
+}
+
+// out[row] = sum_b partials[row * blocks + b], fp64, one warp per row: lane l
+// sums b = l, l + 32, ... in order, then the warp sums its lanes in a fixed tree.
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const double* __restrict__ partials, int nrows, int blocks,
+                        double* __restrict__ out) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const long long row = static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= nrows) return;  // whole warps leave together
+  const double* p = partials + static_cast<std::size_t>(row) * static_cast<std::size_t>(blocks);
+  double s = 0.0;
+  for (int b = lane; b < blocks; b += 32) s += p[b];
+  s = warp_sum(s);
+  if (lane == 0) out[row] = s;
+}
+
+void sum_partials(const double* partials, int nrows, int blocks, double* out, cudaStream_t stream) {
+  sum_partials_kernel<<<static_cast<unsigned>(ceil_div(nrows, kWarps)), kThreads, 0, stream>>>(
+      partials, nrows, blocks, out);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- squared_distances -------------------------------------------------------
+
+// The partial sums of ||query - rows[r]||^2, r < R, over this block's grid-stride
+// slice of [0, d). For small R several k are loaded before they are summed (U),
+// so enough loads are in flight; the order of the sums is still increasing k.
+template <int R, class Store, class Query>
+__device__ __forceinline__ void squared_distances_chunk(const Store* __restrict__ rows,
+                                                        std::size_t d,
+                                                        const Query* __restrict__ query,
+                                                        double* partials, int blocks) {
+  constexpr int U = R >= 8 ? 1 : (R >= 4 ? 2 : 4);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+
+  const int block = static_cast<int>(blockIdx.y);
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kThreads;
+  std::size_t k = static_cast<std::size_t>(block) * kThreads + threadIdx.x;
+  if constexpr (U > 1) {
+    for (; k + (U - 1) * stride < d; k += U * stride) {
+      float q[U];
+      float x[U][R];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        q[u] = detail::load_as_float(query[k + u * stride]);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          x[u][r] = detail::load_as_float(rows[static_cast<std::size_t>(r) * d + k + u * stride]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float t = x[u][r] - q[u];
+          acc[r] += t * t;
+        }
+      }
+    }
+  }
+  for (; k < d; k += stride) {
+    const float q = detail::load_as_float(query[k]);
+    float x[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      x[r] = detail::load_as_float(rows[static_cast<std::size_t>(r) * d + k]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float t = x[r] - q;
+      acc[r] += t * t;
+    }
+  }
+  block_sum_to_partials<R>(acc, partials, blocks, block);
+}
+
+// grid: x = chunk of rows (fastest, so the chunks of one slice of d run side by
+// side and share the query through L2), y = reduction block over d. The rows
+// are split into nchunks balanced chunks: chunk c holds rows
+// [c * nrows / nchunks, (c + 1) * nrows / nchunks), R or R - 1 of them, where
+// R = ceil(nrows / nchunks) <= kMaxChunk.
+template <int R, class Store, class Query>
+__global__ void __launch_bounds__(kThreads)
+    squared_distances_kernel(const Store* __restrict__ rows, int nrows, std::size_t d,
+                             const Query* __restrict__ query, int nchunks, double* partials,
+                             int blocks) {
+  const long long c = blockIdx.x;
+  const int begin = static_cast<int>(c * nrows / nchunks);
+  const int end = static_cast<int>((c + 1) * nrows / nchunks);
+  const Store* chunk_rows = rows + static_cast<std::size_t>(begin) * d;
+  double* chunk_partials =
+      partials + static_cast<std::size_t>(begin) * static_cast<std::size_t>(blocks);
+  if constexpr (R > 1) {
+    if (end - begin != R) {
+      squared_distances_chunk<R - 1>(chunk_rows, d, query, chunk_partials, blocks);
+      return;
+    }
+  }
+  squared_distances_chunk<R>(chunk_rows, d, query, chunk_partials, blocks);
+}
+
+template <int R, class Store, class Query>
+void launch_squared_distances(int chunk, const Store* rows, int nrows, std::size_t d,
+                              const Query* query, int nchunks, double* partials, int blocks,
+                              cudaStream_t stream) {
+  if constexpr (R > 1) {
+    if (chunk != R) {
+      launch_squared_distances<R - 1>(chunk, rows, nrows, d, query, nchunks, partials, blocks,
+                                      stream);
+      return;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(nchunks), static_cast<unsigned>(blocks));
+  squared_distances_kernel<R>
+      <<<grid, kThreads, 0, stream>>>(rows, nrows, d, query, nchunks, partials, blocks);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- row_dots ------------------------------------------------------------------
+
+// grid: x = reduction block over d, y = row (row0 + blockIdx.y).
+template <class Store>
+__global__ void __launch_bounds__(kThreads)
+    row_dots_kernel(const Store* __restrict__ a, const Store* __restrict__ b, int row0,
+                    std::size_t d, double* partials, int blocks) {
+  constexpr int U = 4;
+  const std::size_t row = static_cast<std::size_t>(row0) + blockIdx.y;
+  const Store* ar = a + row * d;
+  const Store* br = b + row * d;
+  const int block = static_cast<int>(blockIdx.x);
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kThreads;
+  std::size_t k = static_cast<std::size_t>(block) * kThreads + threadIdx.x;
+  float acc[1] = {0.0f};
+  for (; k + (U - 1) * stride < d; k += U * stride) {
+    float x[U];
+    float y[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      x[u] = detail::load_as_float(ar[k + u * stride]);
+      y[u] = detail::load_as_float(br[k + u * stride]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc[0] += x[u] * y[u];
+  }
+  for (; k < d; k += stride) acc[0] += detail::load_as_float(ar[k]) * detail::load_as_float(br[k]);
+  block_sum_to_partials<1>(acc, partials + row * static_cast<std::size_t>(blocks), blocks, block);
+}
+
+// ---- kernel_vector -------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads)
+    kernel_vector_kernel(const double* __restrict__ squared_distances, int n, Kernel kernel,
+                         double inv_scaled_lengthscale, double* __restrict__ out) {
+  for (int j = static_cast<int>(threadIdx.x); j < n; j += static_cast<int>(blockDim.x))
+    out[j] = kernel_value(kernel, ::sqrt(squared_distances[j]) * inv_scaled_lengthscale);
+}
+
+// ---- rows_finite -----------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) fill_ones_kernel(int* __restrict__ out, int n) {
+  const int step = static_cast<int>(gridDim.x * blockDim.x);
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += step)
+    out[i] = 1;
+}
+
+// grid: x = block over d, y = row (row0 + blockIdx.y). A block that sees a
+// non-finite value clears the row's flag (the flags start at 1).
+__global__ void __launch_bounds__(kThreads)
+    rows_finite_kernel(const float* __restrict__ rows, int row0, std::size_t d, int* finite) {
+  const std::size_t row = static_cast<std::size_t>(row0) + blockIdx.y;
+  const float* r = rows + row * d;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads;
+  int bad = 0;
+  for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; k < d;
+       k += stride)
+    bad |= isfinite(r[k]) ? 0 : 1;
+  if (__syncthreads_or(bad) != 0 && threadIdx.x == 0) atomicAnd(finite + row, 0);
+}
+
+// ---- store_values / load_values ------------------------------------------------
+
+template <class Store>
+__device__ __forceinline__ Store to_store(float v) {
+  if constexpr (std::is_same_v<Store, bf16_bits>) {
+    return detail::to_bf16(v);
+  } else {
+    return v;
+  }
+}
+
+template <class Store>
+__global__ void __launch_bounds__(kThreads)
+    store_values_kernel(const float* __restrict__ src, Store* __restrict__ dst, std::size_t count) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step)
+    dst[i] = to_store<Store>(src[i]);
+}
+
+template <class Store>
+__global__ void __launch_bounds__(kThreads)
+    load_values_kernel(const Store* __restrict__ src, float* __restrict__ dst, std::size_t count) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step)
+    dst[i] = detail::load_as_float(src[i]);
+}
+
+// ---- sgd_step / adam_step ------------------------------------------------------
+
+struct SgdUpdate {
+  float* momentum;  // nullptr without momentum
+  detail::SgdCoefficients c;
+  __device__ __forceinline__ void operator()(std::size_t k, float& x, float g) const {
+    if (momentum != nullptr) {
+      detail::sgd_update(x, momentum[k], g, c);
+    } else {
+      float unused = 0.0f;
+      detail::sgd_update(x, unused, g, c);
+    }
+  }
+};
+
+struct AdamUpdate {
+  float* m;
+  float* v;
+  detail::AdamCoefficients c;
+  __device__ __forceinline__ void operator()(std::size_t k, float& x, float g) const {
+    detail::adam_update(x, m[k], v[k], g, c);
+  }
+};
+
+// One pass: g = sum_j float(weights[j]) * history[j][k] (Weighted) or
+// gradient[k]; predicted[k] = g; x_out[k] = update(x_in[k], g). The weighted sum
+// is the CPU's streaming::weighted_sum, term for term: fp32, rows in groups of
+// four as (w0 r0 + w1 r1) + (w2 r2 + w3 r3), then the rest one at a time.
+// x_in may equal x_out, so neither is __restrict__.
+template <bool Weighted, class Store, class Update>
+__global__ void __launch_bounds__(kThreads)
+    step_kernel(const Store* __restrict__ history, const double* __restrict__ weights, int nrows,
+                const float* gradient, float* predicted, const float* x_in, float* x_out,
+                Update update, std::size_t d) {
+  extern __shared__ float w[];
+  if constexpr (Weighted) {
+    for (int j = static_cast<int>(threadIdx.x); j < nrows; j += kThreads)
+      w[j] = static_cast<float>(weights[j]);
+    __syncthreads();
+  }
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * kThreads;
+  for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; k < d;
+       k += step) {
+    float g;
+    if constexpr (Weighted) {
+      float acc = 0.0f;
+      int j = 0;
+#pragma unroll 2
+      for (; j + 4 <= nrows; j += 4) {
+        const float r0 = detail::load_as_float(history[static_cast<std::size_t>(j) * d + k]);
+        const float r1 = detail::load_as_float(history[static_cast<std::size_t>(j + 1) * d + k]);
+        const float r2 = detail::load_as_float(history[static_cast<std::size_t>(j + 2) * d + k]);
+        const float r3 = detail::load_as_float(history[static_cast<std::size_t>(j + 3) * d + k]);
+        acc += (w[j] * r0 + w[j + 1] * r1) + (w[j + 2] * r2 + w[j + 3] * r3);
+      }
+      for (; j < nrows; ++j)
+        acc += w[j] * detail::load_as_float(history[static_cast<std::size_t>(j) * d + k]);
+      g = acc;
+      if (predicted != nullptr) predicted[k] = g;
+    } else {
+      g = gradient[k];
+    }
+    float x = x_in[k];
+    update(k, x, g);
+    x_out[k] = x;
+  }
+}
+
+template <class Store, class Update>
+void launch_step(const Store* history, const double* weights, int nrows, const float* gradient,
+                 float* predicted, const float* x_in, float* x_out, const Update& update,
+                 std::size_t d, cudaStream_t stream) {
+  if (d == 0) return;
+  const unsigned blocks = elementwise_blocks(d);
+  if (weights != nullptr) {
+    if (nrows < 0 || nrows > kMaxStepRows) {
+      throw std::invalid_argument("nrows: must be in [0, " + std::to_string(kMaxStepRows) +
+                                  "] for the CUDA proxy step, got " + std::to_string(nrows));
+    }
+    if (nrows > 0 && history == nullptr) {
+      throw std::invalid_argument("history: must not be null when nrows > 0");
+    }
+    const std::size_t shared = static_cast<std::size_t>(nrows) * sizeof(float);
+    step_kernel<true><<<blocks, kThreads, shared, stream>>>(history, weights, nrows, gradient,
+                                                            predicted, x_in, x_out, update, d);
+  } else {
+    if (gradient == nullptr) {
+      throw std::invalid_argument("gradient: must not be null when weights is null");
+    }
+    step_kernel<false><<<blocks, kThreads, 0, stream>>>(history, weights, nrows, gradient,
+                                                        predicted, x_in, x_out, update, d);
+  }
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+// ---- host launchers ------------------------------------------------------------
+
+int reduction_blocks(std::size_t d) {
+  const std::size_t per_block = kThreads * kElementsPerThread;
+  const std::size_t blocks = (d + per_block - 1) / per_block;
+  return static_cast<int>(
+      std::clamp<std::size_t>(blocks, 1, static_cast<std::size_t>(kMaxReductionBlocks)));
+}
+
+template <class Store, class Query>
+void squared_distances(const Store* rows, int nrows, std::size_t d, const Query* queries,
+                       int nqueries, double* partials, double* out, cudaStream_t stream) {
+  if (nrows <= 0 || nqueries <= 0) return;
+  const std::size_t nrows_z = static_cast<std::size_t>(nrows);
+  if (d == 0) {
+    OPTEX_CUDA_CHECK(cudaMemsetAsync(
+        out, 0, nrows_z * static_cast<std::size_t>(nqueries) * sizeof(double), stream));
+    return;
+  }
+  const int blocks = reduction_blocks(d);
+  const int nchunks = ceil_div(nrows, kMaxChunk);
+  const int chunk = ceil_div(nrows, nchunks);  // rows per chunk: chunk or chunk - 1
+  // One query at a time: partials needs reduction_blocks(d) * nrows doubles only,
+  // and is reused (the launches are ordered on the stream).
+  for (int q = 0; q < nqueries; ++q) {
+    launch_squared_distances<kMaxChunk>(chunk, rows, nrows, d,
+                                        queries + static_cast<std::size_t>(q) * d, nchunks,
+                                        partials, blocks, stream);
+    sum_partials(partials, nrows, blocks, out + static_cast<std::size_t>(q) * nrows_z, stream);
+  }
+}
+
+void kernel_vector(const double* squared_distances, int n, Kernel kernel,
+                   double inv_scaled_lengthscale, double* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  kernel_vector_kernel<<<1, kThreads, 0, stream>>>(squared_distances, n, kernel,
+                                                   inv_scaled_lengthscale, out);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Store>
+void row_dots(const Store* a, const Store* b, int nrows, std::size_t d, double* partials,
+              double* out, cudaStream_t stream) {
+  if (nrows <= 0) return;
+  if (d == 0) {
+    OPTEX_CUDA_CHECK(
+        cudaMemsetAsync(out, 0, static_cast<std::size_t>(nrows) * sizeof(double), stream));
+    return;
+  }
+  const int blocks = reduction_blocks(d);
+  for (int row0 = 0; row0 < nrows; row0 += kMaxGridY) {
+    const int count = std::min(kMaxGridY, nrows - row0);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+    row_dots_kernel<<<grid, kThreads, 0, stream>>>(a, b, row0, d, partials, blocks);
+    OPTEX_CUDA_CHECK(cudaGetLastError());
+  }
+  sum_partials(partials, nrows, blocks, out, stream);
+}
+
+void rows_finite(const float* rows, int nrows, std::size_t d, int* finite, cudaStream_t stream) {
+  if (nrows <= 0) return;
+  fill_ones_kernel<<<static_cast<unsigned>(std::min(ceil_div(nrows, kThreads), 1024)), kThreads, 0,
+                     stream>>>(finite, nrows);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+  if (d == 0) return;
+  const int blocks = reduction_blocks(d);
+  for (int row0 = 0; row0 < nrows; row0 += kMaxGridY) {
+    const int count = std::min(kMaxGridY, nrows - row0);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+    rows_finite_kernel<<<grid, kThreads, 0, stream>>>(rows, row0, d, finite);
+    OPTEX_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <class Store>
+void store_values(const float* src, Store* dst, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  store_values_kernel<Store><<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Store>
+void load_values(const Store* src, float* dst, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  load_values_kernel<Store><<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class Store>
+void sgd_step(const Store* history, const double* weights, int nrows, const float* gradient,
+              float* predicted, const float* x_in, float* x_out, float* momentum,
+              const detail::SgdCoefficients& c, std::size_t d, cudaStream_t stream) {
+  if (d > 0 && c.use_momentum && momentum == nullptr) {
+    throw std::invalid_argument("momentum: must not be null when the momentum is nonzero");
+  }
+  launch_step(history, weights, nrows, gradient, predicted, x_in, x_out, SgdUpdate{momentum, c}, d,
+              stream);
+}
+
+template <class Store>
+void adam_step(const Store* history, const double* weights, int nrows, const float* gradient,
+               float* predicted, const float* x_in, float* x_out, float* m, float* v,
+               const detail::AdamCoefficients& c, std::size_t d, cudaStream_t stream) {
+  if (d > 0 && (m == nullptr || v == nullptr)) {
+    throw std::invalid_argument("m, v: the Adam moments must not be null");
+  }
+  launch_step(history, weights, nrows, gradient, predicted, x_in, x_out, AdamUpdate{m, v, c}, d,
+              stream);
+}
+
+// ---- explicit instantiations ---------------------------------------------------
+
+#define OPTEX_INSTANTIATE_STORE(Store)                                                             \
+  template void squared_distances<Store, float>(const Store*, int, std::size_t, const float*, int, \
+                                                double*, double*, cudaStream_t);                   \
+  template void squared_distances<Store, bf16_bits>(                                               \
+      const Store*, int, std::size_t, const bf16_bits*, int, double*, double*, cudaStream_t);      \
+  template void row_dots<Store>(const Store*, const Store*, int, std::size_t, double*, double*,    \
+                                cudaStream_t);                                                     \
+  template void store_values<Store>(const float*, Store*, std::size_t, cudaStream_t);              \
+  template void load_values<Store>(const Store*, float*, std::size_t, cudaStream_t);               \
+  template void sgd_step<Store>(const Store*, const double*, int, const float*, float*,            \
+                                const float*, float*, float*, const detail::SgdCoefficients&,      \
+                                std::size_t, cudaStream_t);                                        \
+  template void adam_step<Store>(const Store*, const double*, int, const float*, float*,           \
+                                 const float*, float*, float*, float*,                             \
+                                 const detail::AdamCoefficients&, std::size_t, cudaStream_t);
+
+OPTEX_INSTANTIATE_STORE(float)
+OPTEX_INSTANTIATE_STORE(bf16_bits)
+
+#undef OPTEX_INSTANTIATE_STORE
+
+}  // namespace optex::cuda

@@ -1,0 +1,754 @@
+// The CUDA backend against the CPU backend and against itself: the DESIGN.md
+// section 2 invariants on the device, estimator and trajectory parity with the
+// CPU, bf16 history storage, determinism, checkpoints across devices, device
+// rows, non-finite gradients, the proxy modes, errors and optex::minimize.
+//
+// Every test needs a CUDA device. Without one it is skipped with a message,
+// or fails when the environment sets OPTEX_REQUIRE_GPU=1 (as a GPU CI job
+// must, so that a broken driver or a CPU-only build can never pass by
+// skipping). The objective is always evaluated on the host, from the batch's
+// host views, unless a test says otherwise.
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "optex/batch.hpp"
+#include "optex/device.hpp"
+#include "optex/engine.hpp"
+#include "optex/minimize.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/options.hpp"
+#include "optex/problems.hpp"
+#include "optex/random.hpp"
+#include "test_support.hpp"
+
+#if OPTEX_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using optex::Adam;
+using optex::Batch;
+using optex::Device;
+using optex::Engine;
+using optex::IterationInfo;
+using optex::Optimizer;
+using optex::OptimizerState;
+using optex::Options;
+using optex::Precision;
+using optex::Sgd;
+using optex::problems::Rosenbrock;
+using optex::problems::Sphere;
+using ::testing::HasSubstr;
+
+const Sphere kSphere;
+const Rosenbrock kRosenbrock;
+
+// ---- the fixture: skip, or fail under OPTEX_REQUIRE_GPU=1 ---------------------------
+
+// OPTEX_REQUIRE_GPU=1 (any value but empty or 0): a missing device is a failure.
+bool GpuRequired() {
+  const char* v = std::getenv("OPTEX_REQUIRE_GPU");
+  return v != nullptr && std::string(v) != "" && std::string(v) != "0";
+}
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (optex::cuda_device_count() > 0) return;
+    const std::string why = std::string("no CUDA device (built_with_cuda=") +
+                            (optex::built_with_cuda() ? "true" : "false") + ", devices=0)";
+    if (GpuRequired()) FAIL() << why << ", but OPTEX_REQUIRE_GPU is set: a GPU run must not skip";
+    GTEST_SKIP() << why << "; set OPTEX_REQUIRE_GPU=1 to make this a failure";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // A file name in this test's own temporary directory.
+  std::string Path(const std::string& name) {
+    if (dir_.empty()) {
+      static std::atomic<int> counter{0};
+      dir_ = fs::temp_directory_path() /
+             ("optex_test_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+      fs::remove_all(dir_);
+      fs::create_directories(dir_);
+    }
+    return (dir_ / name).string();
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// ---- helpers ------------------------------------------------------------------------
+
+Options On(Device device, Options o = {}) {
+  o.device = device;
+  return o;
+}
+
+Options WithN(int n, std::uint64_t seed = 0) {
+  Options o;
+  o.parallelism = n;
+  o.seed = seed;
+  return o;
+}
+
+std::vector<float> UniformStart(std::size_t d, std::uint64_t seed, double lo = -1.0,
+                                double hi = 1.0) {
+  optex::SplitMix64 rng(seed);
+  std::vector<float> x(d);
+  for (float& v : x) v = static_cast<float>(rng.uniform(lo, hi));
+  return x;
+}
+
+double Norm(std::span<const float> a) {
+  double s = 0.0;
+  for (float v : a) s += static_cast<double>(v) * v;
+  return std::sqrt(s);
+}
+
+// ||a - b|| / ||b||.
+double RelDiff(std::span<const float> a, std::span<const float> b) {
+  return optex::test::distance(a, b) / Norm(b);
+}
+
+double Cosine(std::span<const float> a, std::span<const float> b) {
+  double ab = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) ab += static_cast<double>(a[i]) * b[i];
+  return ab / (Norm(a) * Norm(b));
+}
+
+bool AllFinite(std::span<const float> a) {
+  return std::all_of(a.begin(), a.end(), [](float v) { return std::isfinite(v); });
+}
+
+// Rows a (device) and b (CPU reference) agree in direction and size.
+::testing::AssertionResult Close(std::span<const float> a, std::span<const float> b,
+                                 double min_cosine, double max_rel) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  }
+  const double cos = Cosine(a, b);
+  const double rel = RelDiff(a, b);
+  if (cos > min_cosine && rel < max_rel) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "cosine " << cos << " (needs > " << min_cosine << "), relative error " << rel
+         << " (needs < " << max_rel << ")";
+}
+
+bool SameBits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+::testing::AssertionResult BitEqual(std::span<const float> a, std::span<const float> b) {
+  if (SameBits(a, b)) return ::testing::AssertionSuccess();
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  }
+  std::size_t i = 0;
+  while (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) ++i;
+  return ::testing::AssertionFailure()
+         << "first difference at " << i << ": " << a[i] << " vs " << b[i];
+}
+
+::testing::AssertionResult StateBitEqual(const OptimizerState& a, const OptimizerState& b) {
+  if (a.step != b.step)
+    return ::testing::AssertionFailure() << "step " << a.step << " vs " << b.step;
+  auto r = BitEqual(a.first_moment, b.first_moment);
+  if (!r) return r << " (first moment)";
+  r = BitEqual(a.second_moment, b.second_moment);
+  if (!r) return r << " (second moment)";
+  return ::testing::AssertionSuccess();
+}
+
+// Every host view of two engines agrees bit for bit: iterate, optimizer
+// state, lengthscale, counters, and the history with its Gram statistics.
+::testing::AssertionResult SameEngine(const Engine& a, const Engine& b) {
+  auto r = BitEqual(a.iterate(), b.iterate());
+  if (!r) return r << " (iterate)";
+  r = StateBitEqual(a.optimizer_state(), b.optimizer_state());
+  if (!r) return r << " (optimizer state)";
+  if (!SameBits(a.lengthscale(), b.lengthscale())) {
+    return ::testing::AssertionFailure()
+           << "lengthscale " << a.lengthscale() << " vs " << b.lengthscale();
+  }
+  if (a.rng_state() != b.rng_state() || a.iteration() != b.iteration() ||
+      a.evaluations() != b.evaluations()) {
+    return ::testing::AssertionFailure() << "rng state, iteration or evaluations";
+  }
+  const auto& ha = a.history();
+  const auto& hb = b.history();
+  if (ha.size() != hb.size() || ha.newest_slot() != hb.newest_slot()) {
+    return ::testing::AssertionFailure() << "history size or ring position";
+  }
+  for (std::size_t j = 0; j < ha.size(); ++j) {
+    if (!SameBits(ha.point(j), hb.point(j)))
+      return BitEqual(ha.point(j), hb.point(j)) << " (history point " << j << ")";
+    if (!SameBits(ha.gradient(j), hb.gradient(j))) {
+      return BitEqual(ha.gradient(j), hb.gradient(j)) << " (history gradient " << j << ")";
+    }
+    for (std::size_t k = 0; k < ha.size(); ++k) {
+      if (!SameBits(ha.squared_distance(j, k), hb.squared_distance(j, k)) ||
+          !SameBits(ha.gradient_inner(j, k), hb.gradient_inner(j, k))) {
+        return ::testing::AssertionFailure() << "history Gram entry " << j << ", " << k;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// One iteration with the gradients and losses of f, computed on the host.
+template <class F>
+const IterationInfo& Step(Engine& e, const F& f) {
+  Batch& b = e.ask();
+  for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+  return e.tell(b);
+}
+
+// The same iterations on a CPU and a GPU engine from the same start; expects
+// the iterates within `tol` relative after every iteration.
+template <class F>
+void ExpectSameTrajectory(const F& f, const std::vector<float>& x0, const Optimizer& opt,
+                          const Options& o, int iterations, double tol) {
+  Engine cpu(x0, opt, On(Device::cpu(), o));
+  Engine gpu(x0, opt, On(Device::cuda(0), o));
+  for (int t = 0; t < iterations; ++t) {
+    Step(cpu, f);
+    Step(gpu, f);
+    ASSERT_LT(RelDiff(gpu.iterate(), cpu.iterate()), tol) << "iteration " << t;
+  }
+}
+
+// ---- 1. N = 1 is the base optimizer, bit for bit ------------------------------------
+
+// Tolerance: none. With N = 1 there are no proxy steps: each iteration is one
+// elementwise optimizer update, which the device compiles without FMA
+// contraction and with IEEE division and square root (as the CPU build does
+// without contraction), from a gradient computed on the host at the very same
+// point. Every bit must match optex::apply_step on the host.
+TEST_F(Cuda, ParallelismOneIsTheBaseOptimizerBitForBit) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = kRosenbrock.standard_start(d);
+  const std::vector<std::pair<std::string, Optimizer>> optimizers = {
+      {"sgd", Sgd{.lr = 1e-4}},
+      {"sgd_momentum", Sgd{.lr = 1e-4, .momentum = 0.9}},
+      {"sgd_nesterov", Sgd{.lr = 1e-4, .momentum = 0.9, .nesterov = true}},
+      {"sgd_weight_decay", Sgd{.lr = 1e-4, .momentum = 0.5, .weight_decay = 0.1}},
+      {"adam", Adam{.lr = 1e-2}},
+      {"adam_l2", Adam{.lr = 1e-2, .weight_decay = 0.1}},
+      {"adamw", optex::adamw(1e-2, 0.1)},
+  };
+  for (const auto& [name, opt] : optimizers) {
+    for (const Options& base : {WithN(1), Options::reference(1)}) {
+      SCOPED_TRACE(name + (base.history == 50 ? " reference" : " default"));
+      Engine engine(x0, opt, On(Device::cuda(0), base));
+      ASSERT_EQ(engine.device(), Device::cuda(0));
+      std::vector<float> x = x0;
+      OptimizerState s = optex::init_state(opt, d);
+      std::vector<float> g(d);
+      for (int t = 0; t < 30; ++t) {
+        Batch& b = engine.ask();
+        ASSERT_EQ(b.size(), 1);
+        ASSERT_TRUE(BitEqual(b.point(0), x)) << "iteration " << t;
+        b.loss(0) = kRosenbrock.EvaluateWithGradient(b.point(0), b.grad(0));
+        const IterationInfo& info = engine.tell(b);
+        EXPECT_TRUE(info.iterate.empty()) << "a device engine's info holds no host iterate";
+        kRosenbrock.EvaluateWithGradient(x, g);
+        optex::apply_step(opt, x, s, g);
+        ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
+        ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "iteration " << t;
+      }
+      EXPECT_TRUE(AllFinite(x)) << "the learning rate is too large for this test";
+      EXPECT_EQ(engine.optimizer_state().step, 30);
+    }
+  }
+}
+
+// ---- 2. the estimator on identical inputs ---------------------------------------------
+
+// Tolerances: cosine > 1 - 1e-6 and ||gpu - cpu|| / ||cpu|| < 1e-4 per row.
+// Both engines restore the same checkpoint: the same history bits, Gram
+// statistics and lengthscale (so the same host-side lengthscale choice). What
+// differs is only the order of the fp32/fp64 sums (GPU tree reductions and
+// cuBLAS against Eigen's and the streaming passes' loops) and the Cholesky
+// (cuSOLVER against Eigen). That is a few fp32 ulps (about 1e-7 relative) per
+// sum; the bounds allow for cancellation in the weighted sum of T0 = 16
+// gradients and for the N - 1 = 3 proxy steps feeding each other's inputs.
+TEST_F(Cuda, EstimatorMatchesTheCpuOnTheSameHistory) {
+  const std::size_t d = 2000;
+  const std::vector<float> x0 = UniformStart(d, 21, -0.5, 1.5);
+  const std::vector<std::pair<std::string, Optimizer>> optimizers = {
+      {"sgd_momentum", Sgd{.lr = 2e-5, .momentum = 0.9}}, {"adam", Adam{.lr = 1e-2}}};
+  for (const auto& [name, opt] : optimizers) {
+    for (optex::Kernel kernel : {optex::Kernel::matern12, optex::Kernel::matern32,
+                                 optex::Kernel::matern52, optex::Kernel::rbf}) {
+      for (optex::InputScaling scaling :
+           {optex::InputScaling::none, optex::InputScaling::reference_mean_sqrt_norm}) {
+        const std::string label = name + "_" + std::string(optex::kernel_name(kernel)) +
+                                  (scaling == optex::InputScaling::none ? "_none" : "_reference");
+        SCOPED_TRACE(label);
+        Options o = WithN(4, 17);
+        o.history = 16;
+        o.kernel = kernel;
+        o.input_scaling = scaling;
+        Engine source(x0, opt, o);
+        for (int t = 0; t < 6; ++t) Step(source, kRosenbrock);
+        ASSERT_EQ(source.history().size(), 16u);  // full and wrapped
+        const std::string path = Path(label + ".ckpt");
+        source.save(path);
+        Engine gpu = Engine::load(path, Device::cuda(0));
+        Engine cpu = Engine::load(path, Device::cpu());
+        ASSERT_EQ(gpu.device(), Device::cuda(0));
+        const Batch& a = gpu.ask();
+        const Batch& b = cpu.ask();
+        EXPECT_TRUE(SameBits(gpu.lengthscale(), cpu.lengthscale()));
+        for (int i = 0; i < a.size(); ++i) {
+          EXPECT_TRUE(Close(a.point(i), b.point(i), 1 - 1e-6, 1e-4)) << "point " << i;
+        }
+        for (int i = 0; i + 1 < a.size(); ++i) {
+          EXPECT_GT(Norm(b.predicted_gradient(i)), 0.0) << "row " << i << " was not predicted";
+          EXPECT_TRUE(Close(a.predicted_gradient(i), b.predicted_gradient(i), 1 - 1e-6, 1e-4))
+              << "predicted gradient " << i;
+        }
+      }
+    }
+  }
+}
+
+// ---- 3. whole trajectories ------------------------------------------------------------
+
+// Tolerance: 1e-3 relative on the final iterate and the final loss after 25
+// iterations. Each iteration differs from the CPU's by the estimator's rounding
+// (test 2: about 1e-7 relative); over 100 optimizer steps that error is carried
+// and amplified by the dynamics (and can move the lengthscale choice), which
+// stays well below 1e-3 on these smooth problems.
+TEST_F(Cuda, TrajectoriesMatchTheCpu) {
+  const std::size_t d = 1000;
+  const Optimizer opt = Adam{.lr = 1e-2};
+  for (const Options& o : {WithN(4), Options::reference(4)}) {
+    SCOPED_TRACE(o.history == 50 ? "reference" : "default");
+    auto run = [&](const auto& f, const std::vector<float>& x0) {
+      Engine cpu(x0, opt, On(Device::cpu(), o));
+      Engine gpu(x0, opt, On(Device::cuda(0), o));
+      double cpu_loss = 0.0;
+      double gpu_loss = 0.0;
+      for (int t = 0; t < 25; ++t) {
+        cpu_loss = Step(cpu, f).loss;
+        gpu_loss = Step(gpu, f).loss;
+      }
+      EXPECT_LT(RelDiff(gpu.iterate(), cpu.iterate()), 1e-3);
+      EXPECT_LE(std::abs(gpu_loss - cpu_loss), 1e-3 * std::abs(cpu_loss))
+          << gpu_loss << " vs " << cpu_loss;
+      EXPECT_LT(cpu_loss, f.Evaluate(x0)) << "the run made no progress";
+    };
+    {
+      SCOPED_TRACE("sphere");
+      run(kSphere, UniformStart(d, 3));
+    }
+    {
+      SCOPED_TRACE("rosenbrock");
+      run(kRosenbrock, kRosenbrock.standard_start(d));
+    }
+  }
+}
+
+// ---- 4. bf16 history storage ----------------------------------------------------------
+
+// Tolerance: cosine > 0.99 between the bf16 and the fp32 engine's predicted
+// rows. Both restore the same fp32 history; the bf16 engine rounds every stored
+// point and gradient to 8 significant bits (relative error <= 2^-8 per value),
+// which moves the kernel distances and the weighted sum. On Rosenbrock the CPU
+// emulation (bench/results/bf16-prediction-effect-2026-11-22.md) measured a
+// minimum cosine of 0.99998 to the fp32 prediction, so 0.99 is a wide margin
+// that still catches a wrong decoding or a wrong stride (cosines near 0).
+TEST_F(Cuda, Bf16HistoryPredictsLikeFp32) {
+  const std::size_t d = 2000;
+  Options o = WithN(4, 3);
+  o.history = 16;
+  Engine source(UniformStart(d, 8, -0.5, 1.5), Adam{.lr = 1e-2}, o);
+  for (int t = 0; t < 6; ++t) Step(source, kRosenbrock);
+  const std::string fp32_path = Path("fp32.ckpt");
+  const std::string bf16_path = Path("bf16.ckpt");
+  source.save(fp32_path);
+  Engine fp32 = Engine::load(fp32_path, Device::cuda(0));
+  Engine bf16 = Engine::load(fp32_path, Device::cuda(0), Precision::bf16);
+  bf16.save(bf16_path);  // the precision travels with the checkpoint
+  ASSERT_EQ(Engine::load(bf16_path).options().history_precision, Precision::bf16);
+  ASSERT_EQ(fp32.options().history_precision, Precision::fp32);
+  ASSERT_EQ(bf16.options().history_precision, Precision::bf16);
+  ASSERT_EQ(bf16.device(), Device::cuda(0));
+  // The bf16 engine's history is the fp32 one rounded: close, not equal.
+  const double history_error = RelDiff(bf16.history().point(0), fp32.history().point(0));
+  EXPECT_GT(history_error, 0.0);
+  EXPECT_LT(history_error, 1.0 / 256);
+
+  // bf16 gradients only: the points stay exact, the prediction within 1e-3 of
+  // a cosine of 1 (the emulation's minimum was 0.99997).
+  Engine grads_only = Engine::load(fp32_path, Device::cuda(0), Precision::bf16_gradients);
+  EXPECT_TRUE(BitEqual(grads_only.history().point(0), fp32.history().point(0)));
+  const double gradient_error =
+      RelDiff(grads_only.history().gradient(0), fp32.history().gradient(0));
+  EXPECT_GT(gradient_error, 0.0);
+  EXPECT_LT(gradient_error, 1.0 / 256);
+
+  const Batch& a = bf16.ask();
+  const Batch& b = fp32.ask();
+  const Batch& c = grads_only.ask();
+  for (int i = 0; i + 1 < a.size(); ++i) {
+    EXPECT_GT(Cosine(a.predicted_gradient(i), b.predicted_gradient(i)), 0.99) << "row " << i;
+    EXPECT_GT(Cosine(c.predicted_gradient(i), b.predicted_gradient(i)), 0.999) << "row " << i;
+  }
+}
+
+// Tolerance: the bf16 run's loss decrease is > 90% of the fp32 run's after 40
+// iterations on Sphere, where the bf16 prediction's cosine to fp32's was
+// 0.99999 in the CPU emulation: storage must not cost the optimisation.
+TEST_F(Cuda, Bf16HistoryStillOptimises) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = UniformStart(d, 5);
+  auto final_loss = [&](Precision precision) {
+    Options o = On(Device::cuda(0), WithN(4));
+    o.history_precision = precision;
+    Engine e(x0, Adam{.lr = 1e-2}, o);
+    for (int t = 0; t < 40; ++t) Step(e, kSphere);
+    EXPECT_EQ(e.history().size(), 32u);
+    return kSphere.Evaluate(e.iterate());
+  };
+  const double start = kSphere.Evaluate(x0);
+  const double fp32 = final_loss(Precision::fp32);
+  const double bf16 = final_loss(Precision::bf16);
+  const double bf16_gradients = final_loss(Precision::bf16_gradients);
+  ASSERT_LT(fp32, 0.5 * start) << "fp32 itself made too little progress for the comparison";
+  EXPECT_GT(start - bf16, 0.9 * (start - fp32))
+      << "start " << start << ", fp32 " << fp32 << ", bf16 " << bf16;
+  EXPECT_GT(start - bf16_gradients, 0.9 * (start - fp32))
+      << "start " << start << ", fp32 " << fp32 << ", bf16_gradients " << bf16_gradients;
+}
+
+// ---- 5. determinism -------------------------------------------------------------------
+
+// Tolerance: none. Same seed, same inputs: the device's reductions must not
+// depend on scheduling (no floating-point atomics), so two engines agree bit
+// for bit, in fp32 and in bf16.
+TEST_F(Cuda, SameSeedSameBits) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = kRosenbrock.standard_start(d);
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::bf16_gradients}) {
+    SCOPED_TRACE(optex::precision_name(precision));
+    Options o = On(Device::cuda(0), WithN(4, 99));
+    o.history = 12;
+    o.history_precision = precision;
+    Engine a(x0, Adam{.lr = 1e-2}, o);
+    Engine b(x0, Adam{.lr = 1e-2}, o);
+    for (int t = 0; t < 20; ++t) {
+      SCOPED_TRACE("iteration " + std::to_string(t));
+      Batch& ba = a.ask();
+      Batch& bb = b.ask();
+      for (int i = 0; i < ba.size(); ++i) {
+        ASSERT_TRUE(BitEqual(ba.point(i), bb.point(i))) << "point " << i;
+        ba.loss(i) = kRosenbrock.EvaluateWithGradient(ba.point(i), ba.grad(i));
+        bb.loss(i) = kRosenbrock.EvaluateWithGradient(bb.point(i), bb.grad(i));
+      }
+      const IterationInfo ia = a.tell(ba);
+      const IterationInfo& ib = b.tell(bb);
+      EXPECT_TRUE(SameBits(ia.loss, ib.loss));
+      EXPECT_TRUE(SameBits(ia.grad_norm, ib.grad_norm));
+      EXPECT_TRUE(SameBits(ia.lengthscale, ib.lengthscale));
+      EXPECT_TRUE(SameBits(ia.cosine, ib.cosine) ||
+                  (std::isnan(ia.cosine) && std::isnan(ib.cosine)));
+      ASSERT_TRUE(SameEngine(a, b));
+    }
+  }
+}
+
+// ---- 6. checkpoints on the device ------------------------------------------------------
+
+// Tolerance: none. A checkpoint holds every bit that determines the rest of
+// the run; a bf16 history is saved as its fp32 values, which are exact.
+TEST_F(Cuda, CheckpointsRestoreBitIdenticallyOnEveryDevice) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = UniformStart(d, 13, -0.5, 1.5);
+  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::bf16_gradients}) {
+    SCOPED_TRACE(optex::precision_name(precision));
+    Options o = On(Device::cuda(0), WithN(4, 7));
+    o.history = 10;  // wrapped after 3 iterations
+    o.history_precision = precision;
+    Engine original(x0, Sgd{.lr = 2e-5, .momentum = 0.9, .nesterov = true}, o);
+    for (int t = 0; t < 5; ++t) Step(original, kRosenbrock);
+    const std::string path = Path(std::string(optex::precision_name(precision)) + ".ckpt");
+    original.save(path);
+
+    // On the CPU: the same iterate, state and history as the device's host views.
+    Engine on_cpu = Engine::load(path, Device::cpu());
+    EXPECT_EQ(on_cpu.device(), Device::cpu());
+    EXPECT_EQ(on_cpu.options().history_precision, Precision::fp32);
+    EXPECT_TRUE(SameEngine(on_cpu, original));
+
+    // On the device: where it was saved, and it continues bit for bit.
+    Engine restored = Engine::load(path);
+    EXPECT_EQ(restored.device(), Device::cuda(0));
+    EXPECT_EQ(restored.options().history_precision, precision);
+    ASSERT_TRUE(SameEngine(restored, original));
+    for (int t = 0; t < 5; ++t) {
+      SCOPED_TRACE("iteration " + std::to_string(5 + t));
+      Batch& a = original.ask();
+      Batch& b = restored.ask();
+      for (int i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(BitEqual(a.point(i), b.point(i))) << "point " << i;
+        a.loss(i) = kRosenbrock.EvaluateWithGradient(a.point(i), a.grad(i));
+        b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+      }
+      original.tell(a);
+      restored.tell(b);
+      ASSERT_TRUE(SameEngine(restored, original));
+    }
+  }
+}
+
+// ---- 7. device rows ----------------------------------------------------------------------
+
+// Tolerance: none. The same gradient bits reach the engine whichever way they
+// are written: through the device rows, through the host staging rows, or as
+// flat host arrays.
+TEST_F(Cuda, GradientsThroughDeviceRowsHostRowsOrFlatArraysAgree) {
+#if OPTEX_HAVE_CUDA
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = UniformStart(d, 31);
+  const Options o = On(Device::cuda(0), WithN(4, 1));
+  Engine via_device(x0, Adam{.lr = 1e-2}, o);
+  Engine via_host(x0, Adam{.lr = 1e-2}, o);
+  Engine via_flat(x0, Adam{.lr = 1e-2}, o);
+  for (int t = 0; t < 5; ++t) {
+    SCOPED_TRACE("iteration " + std::to_string(t));
+    Batch& a = via_device.ask();
+    Batch& b = via_host.ask();
+    Batch& c = via_flat.ask();
+    const int n = a.size();
+    ASSERT_EQ(a.device(), Device::cuda(0));
+    std::vector<float> flat_grads(static_cast<std::size_t>(n) * d);
+    std::vector<double> flat_losses(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      // The device row is device memory and holds point(i).
+      const float* dev = a.device_point(i);
+      ASSERT_EQ(dev, a.device_points() + static_cast<std::size_t>(i) * d);
+      cudaPointerAttributes attributes{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attributes, dev), cudaSuccess);
+      EXPECT_EQ(attributes.type, cudaMemoryTypeDevice) << "point " << i;
+      EXPECT_EQ(attributes.device, 0);
+      std::vector<float> downloaded(d);
+      ASSERT_EQ(cudaMemcpy(downloaded.data(), dev, d * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_TRUE(BitEqual(downloaded, a.point(i))) << "point " << i;
+      ASSERT_TRUE(BitEqual(a.point(i), b.point(i))) << "point " << i;
+      ASSERT_TRUE(BitEqual(a.point(i), c.point(i))) << "point " << i;
+
+      // Engine a: the gradient goes straight into the device row.
+      std::vector<float> g(d);
+      const double loss = kRosenbrock.EvaluateWithGradient(a.point(i), g);
+      ASSERT_EQ(cudaMemcpy(a.device_grad(i), g.data(), d * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      a.loss(i) = loss;
+      // Engine b: through the host staging row.
+      std::copy(g.begin(), g.end(), b.grad(i).begin());
+      b.loss(i) = loss;
+      // Engine c: flat arrays.
+      std::copy(g.begin(), g.end(), flat_grads.begin() + static_cast<std::ptrdiff_t>(i * d));
+      flat_losses[static_cast<std::size_t>(i)] = loss;
+    }
+    // The batch does not expose the backend's stream: make the copies above
+    // visible to it before tell().
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    via_device.tell(a);
+    via_host.tell(b);
+    via_flat.tell(flat_grads, flat_losses);
+    ASSERT_TRUE(SameEngine(via_device, via_host));
+    ASSERT_TRUE(SameEngine(via_flat, via_host));
+  }
+  EXPECT_EQ(via_device.history().size(), 20u);
+#else
+  FAIL() << "unreachable: a build without CUDA has no device";
+#endif
+}
+
+// ---- 8. non-finite gradients ---------------------------------------------------------------
+
+// Tolerance: 1e-5 relative between the device's and the CPU's iterate after
+// the same 4 iterations (3 clean ones, then one with a NaN); the only
+// differences are the estimator's rounding (test 2), carried through 16 steps.
+TEST_F(Cuda, NonFiniteGradientsAreDroppedOnTheDevice) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = kRosenbrock.standard_start(d);
+  const Optimizer opt = Adam{.lr = 1e-2};
+  const Options o = WithN(4, 5);
+  auto with_a_nan = [&](Device device) {
+    Engine e(x0, opt, On(device, o));
+    for (int t = 0; t < 3; ++t) Step(e, kRosenbrock);
+    const std::size_t before = e.history().size();
+    Batch& b = e.ask();
+    for (int i = 0; i < b.size(); ++i) {
+      b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+    }
+    b.grad(b.size() - 1)[d / 2] = std::numeric_limits<float>::quiet_NaN();
+    const IterationInfo& info = e.tell(b);
+    EXPECT_EQ(info.committed_point, o.parallelism - 2);
+    EXPECT_EQ(info.dropped, 1);
+    EXPECT_EQ(e.history().size(), before + static_cast<std::size_t>(o.parallelism - 1));
+    for (std::size_t j = 0; j < e.history().size(); ++j) {
+      EXPECT_TRUE(AllFinite(e.history().gradient(j))) << "history slot " << j;
+    }
+    return std::vector<float>(e.iterate().begin(), e.iterate().end());
+  };
+  const std::vector<float> gpu = with_a_nan(Device::cuda(0));
+  const std::vector<float> cpu = with_a_nan(Device::cpu());
+  EXPECT_TRUE(AllFinite(gpu));
+  EXPECT_LT(RelDiff(gpu, cpu), 1e-5);
+
+  // Every gradient non-finite: nothing is committed, the batch stays pending,
+  // and a retry with finite gradients succeeds.
+  Engine e(x0, opt, On(Device::cuda(0), o));
+  Step(e, kRosenbrock);
+  const std::vector<float> iterate_before(e.iterate().begin(), e.iterate().end());
+  Batch& b = e.ask();
+  for (int i = 0; i < b.size(); ++i) {
+    b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+    b.grad(i)[static_cast<std::size_t>(i)] = std::numeric_limits<float>::infinity();
+  }
+  EXPECT_THROW(e.tell(b), std::runtime_error);
+  EXPECT_TRUE(e.pending());
+  EXPECT_EQ(e.iteration(), 1);
+  EXPECT_TRUE(BitEqual(e.iterate(), iterate_before));
+  for (int i = 0; i < b.size(); ++i) {
+    b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+  }
+  const IterationInfo& info = e.tell(b);
+  EXPECT_EQ(info.dropped, 0);
+  EXPECT_EQ(info.committed_point, o.parallelism - 1);
+  EXPECT_EQ(e.iteration(), 2);
+  EXPECT_EQ(e.history().size(), 8u);
+}
+
+// ---- 9. proxy modes ---------------------------------------------------------------------------
+
+// Tolerance: 1e-4 relative on the iterate after each of 10 iterations. With
+// Proxy::last_gradient and Proxy::target the device takes the same elementwise
+// steps as the CPU from the same gradients; the zero-gradient warm-up switches
+// to the GP after the first iteration, whose rounding (test 2) is carried over
+// 40 steps.
+TEST_F(Cuda, ProxyModesMatchTheCpu) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = kRosenbrock.standard_start(d);
+  const Optimizer opt = Adam{.lr = 1e-2};
+  {
+    SCOPED_TRACE("last_gradient");
+    Options o = WithN(4, 2);
+    o.proxy = optex::Proxy::last_gradient;
+    ExpectSameTrajectory(kRosenbrock, x0, opt, o, 10, 1e-4);
+  }
+  {
+    SCOPED_TRACE("zero_gradient warm-up");
+    Options o = WithN(4, 2);
+    o.warmup = optex::Warmup::zero_gradient;
+    ExpectSameTrajectory(kRosenbrock, x0, opt, o, 10, 1e-4);
+  }
+  {
+    SCOPED_TRACE("target via minimize");
+    Options o = WithN(4, 2);
+    o.proxy = optex::Proxy::target;
+    const optex::Stop stop{.max_iters = 10};
+    const optex::Result cpu = optex::minimize(kRosenbrock, x0, opt, On(Device::cpu(), o), stop);
+    const optex::Result gpu = optex::minimize(kRosenbrock, x0, opt, On(Device::cuda(0), o), stop);
+    ASSERT_EQ(gpu.iterations, 10);
+    EXPECT_EQ(gpu.evaluations, cpu.evaluations);
+    EXPECT_LT(RelDiff(gpu.x, cpu.x), 1e-4);
+    ASSERT_EQ(gpu.loss_history.size(), cpu.loss_history.size());
+    for (std::size_t t = 0; t < cpu.loss_history.size(); ++t) {
+      EXPECT_NEAR(gpu.loss_history[t], cpu.loss_history[t], 1e-4 * std::abs(cpu.loss_history[t]))
+          << "round " << t;
+    }
+  }
+}
+
+// ---- 10. errors ---------------------------------------------------------------------------------
+
+TEST_F(Cuda, MissingDevicesAndOversizedHistoriesAreRefused) {
+  const std::vector<float> x0 = UniformStart(100, 4);
+  const Device missing = Device::cuda(optex::cuda_device_count());
+  try {
+    Engine e(x0, Adam{}, On(missing));
+    ADD_FAILURE() << missing.name() << " was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("device"));
+    EXPECT_THAT(e.what(), HasSubstr(missing.name()));
+  }
+
+  // T0 = 4096 points and gradients of d = 1e7 floats: 328 GB of history. The
+  // engine must say so with the numbers (a runtime_error mentioning bytes),
+  // before allocating anything, instead of failing inside an allocation.
+  Options huge = On(Device::cuda(0));
+  huge.history = optex::kMaxHistory;
+  const std::vector<float> big(10'000'000, 0.5f);
+  try {
+    Engine e(big, Sgd{}, huge);
+    ADD_FAILURE() << "a 328 GB history was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bytes"));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected std::runtime_error naming the bytes needed, got: " << e.what();
+  }
+
+  // The device still works.
+  Engine ok(x0, Adam{.lr = 1e-2}, On(Device::cuda(0)));
+  const double start = kSphere.Evaluate(x0);
+  for (int t = 0; t < 3; ++t) Step(ok, kSphere);
+  EXPECT_EQ(ok.iteration(), 3);
+  EXPECT_LT(kSphere.Evaluate(ok.iterate()), start);
+}
+
+// ---- 11. optex::minimize
+// -------------------------------------------------------------------------
+
+// Tolerance: 1e-3 relative on Result::x after 30 rounds, as for the
+// trajectories of test 3. minimize() evaluates the batch's host views from
+// several threads at once, which the device batch must serve.
+TEST_F(Cuda, MinimizeMatchesTheCpu) {
+  const std::size_t d = 500;
+  const std::vector<float> x0 = UniformStart(d, 77);
+  const optex::Stop stop{.max_iters = 30};
+  const optex::Result cpu =
+      optex::minimize(kSphere, x0, Adam{.lr = 1e-2}, On(Device::cpu(), WithN(4)), stop);
+  const optex::Result gpu =
+      optex::minimize(kSphere, x0, Adam{.lr = 1e-2}, On(Device::cuda(0), WithN(4)), stop);
+  EXPECT_EQ(gpu.iterations, 30);
+  EXPECT_EQ(gpu.evaluations, cpu.evaluations);
+  EXPECT_LT(RelDiff(gpu.x, cpu.x), 1e-3);
+  EXPECT_NEAR(gpu.fun, cpu.fun, 1e-3 * cpu.fun);
+  EXPECT_LT(gpu.fun, kSphere.Evaluate(x0));
+}
+
+}  // namespace
