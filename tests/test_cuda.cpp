@@ -109,20 +109,8 @@ Options On(Device device, Options o = {}) {
   return o;
 }
 
-Options WithN(int n, std::uint64_t seed = 0) {
-  Options o;
-  o.parallelism = n;
-  o.seed = seed;
-  return o;
-}
-
-std::vector<float> UniformStart(std::size_t d, std::uint64_t seed, double lo = -1.0,
-                                double hi = 1.0) {
-  optex::SplitMix64 rng(seed);
-  std::vector<float> x(d);
-  for (float& v : x) v = static_cast<float>(rng.uniform(lo, hi));
-  return x;
-}
+using optex::test::UniformStart;
+using optex::test::WithN;
 
 double Norm(std::span<const float> a) {
   double s = 0.0;

@@ -26,6 +26,7 @@
 #include "optex/problems/sphere.hpp"
 #include "optex/random.hpp"
 #include "optex/thread_pool.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -61,21 +62,8 @@ struct Quartic {
 
 using optex::problems::Sphere;
 
-// Library defaults with parallelism N and a seed.
-Options WithN(int n, std::uint64_t seed = 0) {
-  Options o;
-  o.parallelism = n;
-  o.seed = seed;
-  return o;
-}
-
-std::vector<float> UniformStart(std::size_t d, std::uint64_t seed, double lo = -1.0,
-                                double hi = 1.0) {
-  optex::SplitMix64 rng(seed);
-  std::vector<float> x(d);
-  for (float& v : x) v = static_cast<float>(rng.uniform(lo, hi));
-  return x;
-}
+using optex::test::UniformStart;
+using optex::test::WithN;
 
 ::testing::AssertionResult BitEqual(std::span<const float> a, std::span<const float> b) {
   if (a.size() != b.size()) {

@@ -1,4 +1,4 @@
-// Random test data shared by the estimator and selection tests.
+// Test data and option helpers shared by the test suites.
 #pragma once
 
 #include <cmath>
@@ -7,6 +7,9 @@
 #include <random>
 #include <span>
 #include <vector>
+
+#include "optex/options.hpp"
+#include "optex/random.hpp"
 
 namespace optex::test {
 
@@ -33,6 +36,23 @@ inline double distance(std::span<const float> a, std::span<const float> b) {
     s += d * d;
   }
   return std::sqrt(s);
+}
+
+// Library defaults with parallelism N and a seed.
+inline Options WithN(int n, std::uint64_t seed = 0) {
+  Options o;
+  o.parallelism = n;
+  o.seed = seed;
+  return o;
+}
+
+// x ~ U(lo, hi)^d from the library's own seeded generator.
+inline std::vector<float> UniformStart(std::size_t d, std::uint64_t seed, double lo = -1.0,
+                                       double hi = 1.0) {
+  SplitMix64 rng(seed);
+  std::vector<float> x(d);
+  for (float& v : x) v = static_cast<float>(rng.uniform(lo, hi));
+  return x;
 }
 
 }  // namespace optex::test
