@@ -13,10 +13,14 @@ void Batch::allocate(int n, std::size_t d, Device device) {
   seeds_.assign(rows, 0);
   was_predicted_.assign(rows, 0);
   point_copied_.assign(rows, 0);
-  gradient_copied_.assign(rows, 0);
   predicted_copied_.assign(rows, 0);
   gradient_staged_.assign(rows, 0);
-  if (device.is_cuda()) return;  // host copies are allocated on first use
+  if (device.is_cuda()) {  // host copies are allocated on first use, at the new size
+    points_.clear();
+    grads_.clear();
+    predicted_.clear();
+    return;
+  }
   points_.assign(rows * d, 0.0f);
   grads_.assign(rows * d, 0.0f);
   predicted_.assign(static_cast<std::size_t>(n > 1 ? n - 1 : 0) * d, 0.0f);
@@ -61,9 +65,9 @@ void Batch::host_gradient_row(int i) const {
   const auto row = static_cast<std::size_t>(check(i));
   std::lock_guard lock(host_mutex_.mutex);
   allocate_host_copies();
-  if (gradient_staged_[row] || gradient_copied_[row]) return;
+  // Not cached: the caller's kernels may write the device row at any time.
+  if (gradient_staged_[row]) return;
   device_rows_->download(device_grads_ + row * dim_, grads_.data() + row * dim_, dim_);
-  gradient_copied_[row] = 1;
 }
 
 void Batch::host_predicted_row(int i) const {
@@ -77,7 +81,6 @@ void Batch::host_predicted_row(int i) const {
 
 void Batch::invalidate_host_copies() {
   std::fill(point_copied_.begin(), point_copied_.end(), 0);
-  std::fill(gradient_copied_.begin(), gradient_copied_.end(), 0);
   std::fill(predicted_copied_.begin(), predicted_copied_.end(), 0);
   std::fill(gradient_staged_.begin(), gradient_staged_.end(), 0);
 }

@@ -13,7 +13,8 @@
 // only: a row touched through a mutable host view is uploaded over whatever
 // the device row holds. The engine works on its own CUDA stream: finish the
 // kernels or copies that write device_grad(i) (synchronise their stream)
-// before calling tell().
+// before calling tell(). A copy of a batch shares its device rows and is
+// valid, like the batch itself, until the next ask().
 #pragma once
 
 #include <algorithm>
@@ -89,10 +90,11 @@ class Batch {
   // nothing was predicted (warm-up).
   std::span<const float> predicted_gradient(int i) const {
     if (i < 0 || i >= size_ - 1) {
-      throw std::out_of_range("i: " + std::to_string(i) +
-                              " has no predicted gradient (the proxy steps start from points 0 "
-                              "to " +
-                              std::to_string(size_ - 2) + ")");
+      throw std::out_of_range(
+          "i: " + std::to_string(i) + " has no predicted gradient (" +
+          (size_ > 1 ? "the proxy steps start from points 0 to " + std::to_string(size_ - 2)
+                     : std::string("there are no proxy steps with N = 1")) +
+          ")");
     }
     if (on_device()) host_predicted_row(i);
     return {predicted_.data() + static_cast<std::size_t>(i) * dim_, dim_};
@@ -163,7 +165,6 @@ class Batch {
   float* device_grads_ = nullptr;               // N x d
   float* device_predicted_ = nullptr;           // (N-1) x d
   mutable std::vector<char> point_copied_;      // per row: host copy current
-  mutable std::vector<char> gradient_copied_;   // per row: host copy current
   mutable std::vector<char> predicted_copied_;  // per row: host copy current
   std::vector<char> gradient_staged_;           // per row: host row to upload at tell()
   // Host views may be used from the caller's worker threads at once.
