@@ -439,21 +439,23 @@ std::int64_t stream_iterations(double bytes_per_op, std::size_t sets) {
   return clamp_count(kMeasure / window, 10, 2000);
 }
 
-void BM_DeviceCopy(benchmark::State& state) {
+// A stream benchmark: windows of back-to-back operations of one Pool (copies
+// or plain Adam steps) over rotating buffers, `bytes` moved per operation.
+template <class Pool>
+void stream_benchmark(benchmark::State& state, const char* name, double bytes, double buffer_bytes,
+                      const char* per_window_counter) {
   guarded(state, [&] {
     const std::int64_t d = state.range(0);
-    const double dd = static_cast<double>(d);
     release_device_state();
-    const std::size_t sets = rotating_sets(copy_bytes(dd));
-    if (const std::string why =
-            memory_shortfall(static_cast<double>(sets) * copy_bytes(dd), "BM_DeviceCopy");
+    const std::size_t sets = rotating_sets(buffer_bytes);
+    if (const std::string why = memory_shortfall(static_cast<double>(sets) * buffer_bytes, name);
         !why.empty()) {
       state.SkipWithError(why.c_str());
       return;
     }
-    CopyPool pool(static_cast<std::size_t>(d));
+    Pool pool(static_cast<std::size_t>(d));
     Timer& t = timer();
-    const std::int64_t reps = stream_reps(copy_bytes(dd), sets);
+    const std::int64_t reps = stream_reps(bytes, sets);
     pool.window(t, reps);  // warm-up
     double total = 0.0;
     for (auto _ : state) {
@@ -461,44 +463,25 @@ void BM_DeviceCopy(benchmark::State& state) {
       state.SetIterationTime(s);
       total += s;
     }
-    const double moved = copy_bytes(dd) * static_cast<double>(state.iterations());
+    const double moved = bytes * static_cast<double>(state.iterations());
     state.SetBytesProcessed(static_cast<std::int64_t>(moved));
-    state.counters["bytes"] = copy_bytes(dd);
-    state.counters["copies_per_window"] = static_cast<double>(reps);
+    state.counters["bytes"] = bytes;
+    state.counters[per_window_counter] = static_cast<double>(reps);
     state.counters["rotating_buffers"] = static_cast<double>(sets);
     set_copy_ratio(state, d, moved / total);
   });
 }
 
+void BM_DeviceCopy(benchmark::State& state) {
+  const double d = static_cast<double>(state.range(0));
+  stream_benchmark<CopyPool>(state, "BM_DeviceCopy", copy_bytes(d), copy_bytes(d),
+                             "copies_per_window");
+}
+
 void BM_PlainAdamStep(benchmark::State& state) {
-  guarded(state, [&] {
-    const std::int64_t d = state.range(0);
-    const double dd = static_cast<double>(d);
-    release_device_state();
-    const std::size_t sets = rotating_sets(4.0 * kFloat * dd);
-    if (const std::string why =
-            memory_shortfall(static_cast<double>(sets) * 4.0 * kFloat * dd, "BM_PlainAdamStep");
-        !why.empty()) {
-      state.SkipWithError(why.c_str());
-      return;
-    }
-    AdamPool pool(static_cast<std::size_t>(d));
-    Timer& t = timer();
-    const std::int64_t reps = stream_reps(adam_bytes(dd), sets);
-    pool.window(t, reps);  // warm-up
-    double total = 0.0;
-    for (auto _ : state) {
-      const double s = pool.window(t, reps);
-      state.SetIterationTime(s);
-      total += s;
-    }
-    const double moved = adam_bytes(dd) * static_cast<double>(state.iterations());
-    state.SetBytesProcessed(static_cast<std::int64_t>(moved));
-    state.counters["bytes"] = adam_bytes(dd);
-    state.counters["steps_per_window"] = static_cast<double>(reps);
-    state.counters["rotating_buffers"] = static_cast<double>(sets);
-    set_copy_ratio(state, d, moved / total);
-  });
+  const double d = static_cast<double>(state.range(0));
+  stream_benchmark<AdamPool>(state, "BM_PlainAdamStep", adam_bytes(d), 4.0 * kFloat * d,
+                             "steps_per_window");
 }
 
 // ---- the backend, driven directly -------------------------------------------------
