@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine_equality.hpp"
 #include "optex/batch.hpp"
 #include "optex/engine.hpp"
 #include "optex/kernel.hpp"
@@ -64,50 +65,10 @@ std::vector<float> Start(std::size_t d, std::uint64_t seed) {
   return x;
 }
 
-bool SameBits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
-
-bool SameState(const OptimizerState& a, const OptimizerState& b) {
-  return a.step == b.step && SameBits(a.first_moment, b.first_moment) &&
-         SameBits(a.second_moment, b.second_moment);
-}
-
-// Every observable part of two engines agrees bit for bit.
-::testing::AssertionResult SameEngine(const Engine& a, const Engine& b) {
-  if (!SameBits(a.iterate(), b.iterate())) return ::testing::AssertionFailure() << "iterate";
-  if (!SameState(a.optimizer_state(), b.optimizer_state())) {
-    return ::testing::AssertionFailure() << "optimizer state";
-  }
-  if (!SameBits(a.lengthscale(), b.lengthscale())) {
-    return ::testing::AssertionFailure()
-           << "lengthscale " << a.lengthscale() << " vs " << b.lengthscale();
-  }
-  if (a.rng_state() != b.rng_state()) return ::testing::AssertionFailure() << "rng state";
-  if (a.iteration() != b.iteration()) return ::testing::AssertionFailure() << "iteration";
-  if (a.evaluations() != b.evaluations()) return ::testing::AssertionFailure() << "evaluations";
-  if (a.pending() != b.pending()) return ::testing::AssertionFailure() << "pending";
-  const auto& ha = a.history();
-  const auto& hb = b.history();
-  if (ha.size() != hb.size() || ha.newest_slot() != hb.newest_slot()) {
-    return ::testing::AssertionFailure() << "history size or ring position";
-  }
-  for (std::size_t j = 0; j < ha.size(); ++j) {
-    if (!SameBits(ha.point(j), hb.point(j)) || !SameBits(ha.gradient(j), hb.gradient(j))) {
-      return ::testing::AssertionFailure() << "history slot " << j;
-    }
-    for (std::size_t k = 0; k < ha.size(); ++k) {
-      if (!SameBits(ha.squared_distance(j, k), hb.squared_distance(j, k)) ||
-          !SameBits(ha.gradient_inner(j, k), hb.gradient_inner(j, k))) {
-        return ::testing::AssertionFailure() << "history Gram entry " << j << ", " << k;
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using optex::test::BitEqual;
+using optex::test::SameBits;
+using optex::test::SameEngine;
+using optex::test::StateBitEqual;
 
 void Step(Engine& e) {
   Batch& b = e.ask();

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine_equality.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
 #include "optex/engine.hpp"
@@ -109,6 +110,10 @@ Options On(Device device, Options o = {}) {
   return o;
 }
 
+using optex::test::BitEqual;
+using optex::test::SameBits;
+using optex::test::SameEngine;
+using optex::test::StateBitEqual;
 using optex::test::UniformStart;
 using optex::test::WithN;
 
@@ -145,70 +150,6 @@ bool AllFinite(std::span<const float> a) {
   return ::testing::AssertionFailure()
          << "cosine " << cos << " (needs > " << min_cosine << "), relative error " << rel
          << " (needs < " << max_rel << ")";
-}
-
-bool SameBits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
-
-::testing::AssertionResult BitEqual(std::span<const float> a, std::span<const float> b) {
-  if (SameBits(a, b)) return ::testing::AssertionSuccess();
-  if (a.size() != b.size()) {
-    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
-  }
-  std::size_t i = 0;
-  while (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) ++i;
-  return ::testing::AssertionFailure()
-         << "first difference at " << i << ": " << a[i] << " vs " << b[i];
-}
-
-::testing::AssertionResult StateBitEqual(const OptimizerState& a, const OptimizerState& b) {
-  if (a.step != b.step)
-    return ::testing::AssertionFailure() << "step " << a.step << " vs " << b.step;
-  auto r = BitEqual(a.first_moment, b.first_moment);
-  if (!r) return r << " (first moment)";
-  r = BitEqual(a.second_moment, b.second_moment);
-  if (!r) return r << " (second moment)";
-  return ::testing::AssertionSuccess();
-}
-
-// Every host view of two engines agrees bit for bit: iterate, optimizer
-// state, lengthscale, counters, and the history with its Gram statistics.
-::testing::AssertionResult SameEngine(const Engine& a, const Engine& b) {
-  auto r = BitEqual(a.iterate(), b.iterate());
-  if (!r) return r << " (iterate)";
-  r = StateBitEqual(a.optimizer_state(), b.optimizer_state());
-  if (!r) return r << " (optimizer state)";
-  if (!SameBits(a.lengthscale(), b.lengthscale())) {
-    return ::testing::AssertionFailure()
-           << "lengthscale " << a.lengthscale() << " vs " << b.lengthscale();
-  }
-  if (a.rng_state() != b.rng_state() || a.iteration() != b.iteration() ||
-      a.evaluations() != b.evaluations()) {
-    return ::testing::AssertionFailure() << "rng state, iteration or evaluations";
-  }
-  const auto& ha = a.history();
-  const auto& hb = b.history();
-  if (ha.size() != hb.size() || ha.newest_slot() != hb.newest_slot()) {
-    return ::testing::AssertionFailure() << "history size or ring position";
-  }
-  for (std::size_t j = 0; j < ha.size(); ++j) {
-    if (!SameBits(ha.point(j), hb.point(j)))
-      return BitEqual(ha.point(j), hb.point(j)) << " (history point " << j << ")";
-    if (!SameBits(ha.gradient(j), hb.gradient(j))) {
-      return BitEqual(ha.gradient(j), hb.gradient(j)) << " (history gradient " << j << ")";
-    }
-    for (std::size_t k = 0; k < ha.size(); ++k) {
-      if (!SameBits(ha.squared_distance(j, k), hb.squared_distance(j, k)) ||
-          !SameBits(ha.gradient_inner(j, k), hb.gradient_inner(j, k))) {
-        return ::testing::AssertionFailure() << "history Gram entry " << j << ", " << k;
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 // One iteration with the gradients and losses of f, computed on the host.

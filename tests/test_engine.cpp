@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_equality.hpp"
 #include "optex/batch.hpp"
 #include "optex/engine.hpp"
 #include "optex/kernel.hpp"
@@ -65,32 +66,8 @@ using optex::problems::Sphere;
 using optex::test::UniformStart;
 using optex::test::WithN;
 
-::testing::AssertionResult BitEqual(std::span<const float> a, std::span<const float> b) {
-  if (a.size() != b.size()) {
-    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
-  }
-  if (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) {
-    return ::testing::AssertionSuccess();
-  }
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "first difference at " << i << ": " << a[i] << " vs " << b[i];
-    }
-  }
-  return ::testing::AssertionFailure();
-}
-
-::testing::AssertionResult StateBitEqual(const OptimizerState& a, const OptimizerState& b) {
-  if (a.step != b.step) {
-    return ::testing::AssertionFailure() << "step " << a.step << " vs " << b.step;
-  }
-  auto r = BitEqual(a.first_moment, b.first_moment);
-  if (!r) return r << " (first moment)";
-  r = BitEqual(a.second_moment, b.second_moment);
-  if (!r) return r << " (second moment)";
-  return ::testing::AssertionSuccess();
-}
+using optex::test::BitEqual;
+using optex::test::StateBitEqual;
 
 // Evaluates every point of the batch with f, in index order.
 template <class F>
