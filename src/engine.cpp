@@ -113,13 +113,17 @@ Batch& Engine::ask() {
     } else if (options_.proxy == Proxy::last_gradient || h == 1) {
       source = ProxySource::newest;
     }
-    const detail::HostGradient oracle = [this](std::span<const float> x, std::span<float> g) {
-      const double loss = oracle_(x, g);
-      if (!std::isfinite(loss) ||
-          !std::all_of(g.begin(), g.end(), [](float a) { return std::isfinite(a); })) {
-        throw std::runtime_error("proxy: the gradient oracle returned a non-finite value");
-      }
-    };
+    // Wrapped only when used: most iterations have no oracle to call.
+    detail::HostGradient oracle;
+    if (source == ProxySource::oracle) {
+      oracle = [this](std::span<const float> x, std::span<float> g) {
+        const double loss = oracle_(x, g);
+        if (!std::isfinite(loss) ||
+            !std::all_of(g.begin(), g.end(), [](float a) { return std::isfinite(a); })) {
+          throw std::runtime_error("proxy: the gradient oracle returned a non-finite value");
+        }
+      };
+    }
     batch_.proxy_steps_applied_ = source != ProxySource::hold;
     const bool predicts = source != ProxySource::hold && source != ProxySource::zero;
     std::fill(batch_.was_predicted_.begin(), batch_.was_predicted_.end(), 0);
