@@ -79,6 +79,24 @@ void Batch::host_predicted_row(int i) const {
   predicted_copied_[row] = 1;
 }
 
+void Batch::upload_staged_gradients() {
+  if (!on_device()) return;
+  std::lock_guard lock(host_mutex_.mutex);
+  const auto n = static_cast<std::size_t>(size_);
+  for (std::size_t r = 0; r < gradient_staged_.size() && r < n;) {
+    if (!gradient_staged_[r]) {
+      ++r;
+      continue;
+    }
+    std::size_t end = r + 1;  // one copy per run of staged rows
+    while (end < n && gradient_staged_[end]) ++end;
+    device_rows_->upload(grads_.data() + r * dim_, device_grads_ + r * dim_, (end - r) * dim_);
+    std::fill(gradient_staged_.begin() + static_cast<std::ptrdiff_t>(r),
+              gradient_staged_.begin() + static_cast<std::ptrdiff_t>(end), 0);
+    r = end;
+  }
+}
+
 void Batch::invalidate_host_copies() {
   std::fill(point_copied_.begin(), point_copied_.end(), 0);
   std::fill(predicted_copied_.begin(), predicted_copied_.end(), 0);

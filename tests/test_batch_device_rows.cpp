@@ -185,6 +185,28 @@ TEST_F(DeviceBatch, GradsStagesEveryRow) {
   EXPECT_EQ(rows.download_calls.load(), 0);
 }
 
+TEST_F(DeviceBatch, UploadStagedGradientsCopiesEachRunOnceAndUnstages) {
+  for (int i : {0, 1, 3}) {
+    const std::span<float> g = b.grad(i);
+    for (std::size_t j = 0; j < kD; ++j) g[j] = -static_cast<float>(10 * i) - static_cast<float>(j);
+  }
+  const std::vector<float> untouched = Row(device_grads, 2);
+  b.upload_staged_gradients();
+  // Rows 0-1 are one run, row 3 another.
+  EXPECT_EQ(rows.upload_calls.load(), 2);
+  EXPECT_EQ(rows.uploaded_floats.load(), 3 * kD);
+  for (int i : {0, 1, 3}) {
+    const float* host_row = BatchAccess::host_grads(b) + static_cast<std::size_t>(i) * kD;
+    EXPECT_THAT(Row(device_grads, i), ElementsAreArray(host_row, kD)) << "row " << i;
+  }
+  EXPECT_THAT(Row(device_grads, 2), ElementsAreArray(untouched));
+  // Uploaded rows are no longer staged: the device rows are now the truth
+  // (a communicator may overwrite them), and tell() uploads nothing again.
+  EXPECT_THAT(BatchAccess::staged_gradients(b), ElementsAreArray({0, 0, 0, 0}));
+  b.upload_staged_gradients();
+  EXPECT_EQ(rows.upload_calls.load(), 2);
+}
+
 TEST_F(DeviceBatch, SetGradientStagesTheRowAndChecksItsSize) {
   const std::vector<float> g = Filled(1, -50.0f);
   b.set_gradient(3, g);

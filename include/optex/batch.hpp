@@ -111,6 +111,12 @@ class Batch {
   }
   std::span<double> losses() { return losses_; }
 
+  // Device engines: copies the gradient rows written through host views to
+  // their device rows now (tell() does it itself). For code that reads the
+  // device rows before tell(), such as a communicator gathering them. On a
+  // CPU engine there is nothing to do.
+  void upload_staged_gradients();
+
   // The rows in the engine's device memory: device pointers on a CUDA engine,
   // the host rows above on a CPU engine. Row i starts i * dim() floats in.
   const float* device_points() const { return on_device() ? device_points_ : points_.data(); }
