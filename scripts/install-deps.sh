@@ -3,7 +3,7 @@
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 packages=(cmake make g++ libeigen3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang-format)
+  clang-format libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,334 @@
+// The MPI communicator: non-blocking MPI collectives, polled with a sleep
+// backoff until they complete or the timeout passes.
+#include "optex/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace optex {
+
+namespace {
+
+std::string error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
+    return "MPI error code " + std::to_string(code);
+  }
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+bool mpi_initialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+std::string seconds_text(Communicator::Seconds s) {
+  std::ostringstream out;
+  out << s.count() << " s";
+  return out.str();
+}
+
+constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+
+}  // namespace
+
+// ---- MpiSession ----------------------------------------------------------------
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  if (mpi_finalized()) {
+    throw CommunicatorError("optex MpiSession: MPI was already finalised and cannot start again");
+  }
+  if (!mpi_initialized()) {
+    // SERIALIZED costs nothing over FUNNELED in the common implementations and
+    // lets the engine call from a thread other than main.
+    const int code = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &thread_level_);
+    if (code != MPI_SUCCESS) {
+      throw CommunicatorError("optex MpiSession: MPI_Init_thread failed: " + error_text(code));
+    }
+    initialized_here_ = true;
+  } else {
+    MPI_Query_thread(&thread_level_);
+  }
+  if (thread_level_ < MPI_THREAD_FUNNELED) {
+    if (initialized_here_) MPI_Finalize();
+    throw CommunicatorError(
+        "optex MpiSession: MPI provides thread level " + std::to_string(thread_level_) +
+        ", optex needs at least MPI_THREAD_FUNNELED (" + std::to_string(MPI_THREAD_FUNNELED) + ")");
+  }
+}
+
+MpiSession::~MpiSession() {
+  if (initialized_here_ && !mpi_finalized()) MPI_Finalize();
+}
+
+// ---- MpiCommunicator: lifetime ------------------------------------------------
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+  if (!mpi_initialized() || mpi_finalized()) {
+    throw CommunicatorError(
+        "optex mpi communicator: MPI is not initialised (create an optex::MpiSession first)");
+  }
+  if (comm == MPI_COMM_NULL) throw std::invalid_argument("comm: must not be MPI_COMM_NULL");
+  const int code = MPI_Comm_dup(comm, &comm_);
+  if (code != MPI_SUCCESS) {
+    comm_ = MPI_COMM_NULL;
+    throw CommunicatorError("optex mpi communicator: MPI_Comm_dup failed: " + error_text(code));
+  }
+  attach();
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, Adopt) : comm_(comm) { attach(); }
+
+void MpiCommunicator::attach() {
+  // Errors come back as codes (thrown as CommunicatorError) instead of
+  // ending the process, so that the caller can report and abort.
+  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "setup", "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(comm_, &rank_), "setup", "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_, &size_), "setup", "MPI_Comm_size");
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  // After a failure, requests on comm_ may still be pending: freeing could
+  // block or fail. The documented reaction to a failure is abort() anyway.
+  if (comm_ != MPI_COMM_NULL && failure_.empty() && !mpi_finalized()) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::set_max_chunk_floats(std::size_t floats) {
+  if (floats < 1 || floats > kDefaultMaxChunkFloats) {
+    throw std::invalid_argument("floats: must be in [1, 2^30], got " + std::to_string(floats));
+  }
+  max_chunk_floats_ = floats;
+}
+
+// ---- MpiCommunicator: errors and waiting -----------------------------------
+
+void MpiCommunicator::check_usable(std::string_view operation) const {
+  if (!failure_.empty()) {
+    throw CommunicatorError(where(operation) + ": unusable after an earlier failure (" + failure_ +
+                            "); abort the run");
+  }
+}
+
+void MpiCommunicator::check(int code, std::string_view operation, std::string_view call) {
+  if (code == MPI_SUCCESS) return;
+  const std::string what = std::string(call) + " failed: " + error_text(code);
+  failure_ = std::string(operation) + ": " + what;
+  throw CommunicatorError(where(operation) + ": " + what);
+}
+
+void MpiCommunicator::wait(MPI_Request& request, std::string_view operation) {
+  using Clock = std::chrono::steady_clock;
+  // Clamped so that a huge (but finite) timeout cannot overflow the clock.
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::min(timeout(), Seconds{1e9}));
+  // Short sleeps first (small collectives finish in microseconds), then 1 ms:
+  // with more ranks than cores, a spinning rank would starve the others.
+  auto pause = std::chrono::microseconds(20);
+  constexpr auto kLongestPause = std::chrono::microseconds(1000);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), operation, "MPI_Test");
+    if (done) return;
+    if (Clock::now() >= deadline) {
+      const std::string what = "did not complete within " + seconds_text(timeout()) +
+                               ": a rank has failed, stopped calling the engine, or is slower "
+                               "than the timeout (Communicator::set_timeout)";
+      failure_ = std::string(operation) + " " + what;
+      throw CommunicatorTimeout(where(operation) + ": " + what);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kLongestPause);
+  }
+}
+
+// ---- MpiCommunicator: collectives ------------------------------------------
+
+void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
+                                        std::span<const std::size_t> counts, MPI_Datatype type,
+                                        std::size_t element_bytes, std::string_view operation) {
+  // MPI 3.1 counts and displacements are int. Each round fills one window of
+  // `all` of at most max_chunk_floats_ elements: every rank sends the part of
+  // its block that falls in the window, and the displacements are relative
+  // to the window's start, so both stay below the window size. (Slicing each
+  // rank's block instead would keep the counts small but not the
+  // displacements: blocks lie further apart than INT_MAX elements.)
+  const auto ranks = static_cast<std::size_t>(size_);
+  const auto me = static_cast<std::size_t>(rank_);
+  std::vector<std::size_t> offsets(ranks);
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  const bool in_place = counts[me] == 0 || mine == all + offsets[me] * element_bytes;
+  std::vector<int> window_counts(ranks);
+  std::vector<int> window_displacements(ranks);
+  for (std::size_t begin = 0; begin < total; begin += max_chunk_floats_) {
+    const std::size_t end = std::min(begin + max_chunk_floats_, total);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t from = std::clamp(offsets[r], begin, end);
+      const std::size_t to = std::clamp(offsets[r] + counts[r], begin, end);
+      window_counts[r] = static_cast<int>(to - from);
+      window_displacements[r] = static_cast<int>(from - begin);
+    }
+    const std::size_t my_first = std::clamp(offsets[me], begin, end) - offsets[me];
+    const void* send = in_place ? MPI_IN_PLACE : mine + my_first * element_bytes;
+    if (!in_place && window_counts[me] == 0) send = mine;
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgatherv(send, window_counts[me], type, all + begin * element_bytes,
+                          window_counts.data(), window_displacements.data(), type, comm_, &request),
+          operation, "MPI_Iallgatherv");
+    wait(request, operation);
+  }
+}
+
+void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) {
+  constexpr std::string_view kOperation = "all_gather_bytes";
+  check_usable(kOperation);
+  const std::size_t n = mine.size();
+  const auto ranks = static_cast<std::size_t>(size_);
+  if (all.size() != n * ranks) {
+    throw std::invalid_argument(where(kOperation) + ": all.size() must be size() * mine.size() = " +
+                                std::to_string(n * ranks) + ", got " + std::to_string(all.size()));
+  }
+  if (n > max_chunk_floats_) {
+    const std::vector<std::size_t> counts(ranks, n);
+    gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, kOperation);
+    return;
+  }
+  const bool in_place = n > 0 && mine.data() == all.data() + n * static_cast<std::size_t>(rank_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(in_place ? MPI_IN_PLACE : mine.data(), static_cast<int>(n), MPI_BYTE,
+                       all.data(), static_cast<int>(n), MPI_BYTE, comm_, &request),
+        kOperation, "MPI_Iallgather");
+  wait(request, kOperation);
+}
+
+void MpiCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
+  constexpr std::string_view kOperation = "all_reduce";
+  check_usable(kOperation);
+  const std::size_t n = values.size();
+  if (n > kIntMax) {
+    throw std::invalid_argument(
+        where(kOperation) + ": values.size() must be at most INT_MAX, got " + std::to_string(n));
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (op == ReduceOp::sum) {
+    // MPI may add in a different order on different ranks (recursive
+    // doubling, for one), and the engine needs the same bits everywhere:
+    // every rank gathers all the values and adds them in rank order. The
+    // values are a few scalars, so the gather costs nothing worth noting.
+    std::vector<double> everyone(n * static_cast<std::size_t>(size_));
+    check(MPI_Iallgather(values.data(), static_cast<int>(n), MPI_DOUBLE, everyone.data(),
+                         static_cast<int>(n), MPI_DOUBLE, comm_, &request),
+          kOperation, "MPI_Iallgather");
+    wait(request, kOperation);
+    for (std::size_t i = 0; i < n; ++i) {
+      double sum = everyone[i];
+      for (std::size_t r = 1; r < static_cast<std::size_t>(size_); ++r) sum += everyone[r * n + i];
+      values[i] = sum;
+    }
+    return;
+  }
+  if (op != ReduceOp::min && op != ReduceOp::max) {
+    throw std::invalid_argument(where(kOperation) + ": op: unknown ReduceOp " +
+                                std::to_string(static_cast<int>(op)));
+  }
+  // min and max are exact: any order gives the same bits.
+  check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(n), MPI_DOUBLE,
+                       op == ReduceOp::min ? MPI_MIN : MPI_MAX, comm_, &request),
+        kOperation, "MPI_Iallreduce");
+  wait(request, kOperation);
+}
+
+void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
+  constexpr std::string_view kOperation = "broadcast_bytes";
+  check_usable(kOperation);
+  if (root < 0 || root >= size_) {
+    throw std::invalid_argument(where(kOperation) + ": root: must be in [0, " +
+                                std::to_string(size_) + "), got " + std::to_string(root));
+  }
+  // Pieces of at most INT_MAX bytes; one call when it fits (an empty one too,
+  // so that every call is a collective).
+  std::size_t begin = 0;
+  do {
+    const std::size_t piece = std::min(data.size() - begin, kIntMax);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data.data() + begin, static_cast<int>(piece), MPI_BYTE, root, comm_, &request),
+          kOperation, "MPI_Ibcast");
+    wait(request, kOperation);
+    begin += piece;
+  } while (begin < data.size());
+}
+
+void MpiCommunicator::barrier() {
+  constexpr std::string_view kOperation = "barrier";
+  check_usable(kOperation);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm_, &request), kOperation, "MPI_Ibarrier");
+  wait(request, kOperation);
+}
+
+void MpiCommunicator::all_gather_floats(const float* mine, float* all,
+                                        std::span<const std::size_t> counts) {
+  constexpr std::string_view kOperation = "all_gather_floats";
+  check_usable(kOperation);
+  if (counts.size() != static_cast<std::size_t>(size_)) {
+    throw std::invalid_argument(where(kOperation) + ": counts.size() must be size() = " +
+                                std::to_string(size_) + ", got " + std::to_string(counts.size()));
+  }
+  std::size_t total = 0;
+  for (const std::size_t c : counts) total += c;
+  const std::size_t own = counts[static_cast<std::size_t>(rank_)];
+  if (mine == nullptr && own > 0) {
+    throw std::invalid_argument(where(kOperation) + ": mine: null with counts[" +
+                                std::to_string(rank_) + "] = " + std::to_string(own));
+  }
+  if (all == nullptr && total > 0) {
+    throw std::invalid_argument(where(kOperation) + ": all: null with " + std::to_string(total) +
+                                " floats to receive");
+  }
+  gather_in_windows(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),
+                    counts, MPI_FLOAT, sizeof(float), kOperation);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  constexpr std::string_view kOperation = "split";
+  check_usable(kOperation);
+  if (color < 0) {
+    throw std::invalid_argument(where(kOperation) + ": color: must be >= 0, got " +
+                                std::to_string(color));
+  }
+  MPI_Comm part = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, color, key, &part), kOperation, "MPI_Comm_split");
+  std::unique_ptr<MpiCommunicator> sub(new MpiCommunicator(part, Adopt{}));
+  sub->set_timeout(timeout());
+  sub->max_chunk_floats_ = max_chunk_floats_;
+  return sub;
+}
+
+void MpiCommunicator::abort(std::string_view reason) {
+  std::fprintf(stderr, "optex: rank %d aborts: %.*s\n", rank_, static_cast<int>(reason.size()),
+               reason.data());
+  std::fflush(stderr);
+  MPI_Abort(comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; if it did, the run must still end
+}
+
+}  // namespace optex

@@ -1,0 +1,120 @@
+// The MPI communicator against the backend-independent contract, run by
+// mpirun with 2 and 4 ranks (optex_add_mpi_test), plus what is particular to
+// MPI: the gather of counts beyond INT_MAX in rounds (forced here with tiny
+// rounds), the duplicated communicator, and its argument checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "communicator_contract.hpp"
+#include "optex/mpi_communicator.hpp"
+
+namespace {
+
+using optex::Communicator;
+using optex::MpiCommunicator;
+using ::testing::HasSubstr;
+
+// A bound on every collective here: a broken test fails instead of hanging.
+constexpr Communicator::Seconds kTestTimeout{30.0};
+
+// A fresh communicator over MPI_COMM_WORLD per test, as a user would make one.
+class MpiContract : public ::testing::Test {
+ protected:
+  MpiContract() { comm_.set_timeout(kTestTimeout); }
+  MpiCommunicator comm_;
+};
+
+TEST_F(MpiContract, AllGatherBytes) { optex::test::check_all_gather_bytes(comm_); }
+TEST_F(MpiContract, AllReduce) { optex::test::check_all_reduce(comm_); }
+TEST_F(MpiContract, Broadcast) { optex::test::check_broadcast(comm_); }
+TEST_F(MpiContract, Barrier) { optex::test::check_barrier(comm_); }
+TEST_F(MpiContract, AllGatherFloats) { optex::test::check_all_gather_floats(comm_); }
+TEST_F(MpiContract, Split) { optex::test::check_split(comm_); }
+TEST_F(MpiContract, NodeLocal) { optex::test::check_node_local(comm_); }
+TEST_F(MpiContract, SetTimeoutRejectsBadValues) {
+  optex::test::check_set_timeout_rejects_bad_values(comm_);
+}
+
+TEST_F(MpiContract, DescribesItselfAndIsADuplicate) {
+  int world_rank = -1;
+  int world_size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  EXPECT_EQ(comm_.rank(), world_rank);
+  EXPECT_EQ(comm_.size(), world_size);
+  EXPECT_EQ(comm_.backend(), "mpi");
+  EXPECT_EQ(comm_.row_device(), optex::Device::cpu());
+  int comparison = MPI_IDENT;
+  MPI_Comm_compare(comm_.comm(), MPI_COMM_WORLD, &comparison);
+  EXPECT_EQ(comparison, MPI_CONGRUENT) << "not a duplicate of MPI_COMM_WORLD";
+}
+
+// Rounds of 3 floats: several rounds, windows that cut through a rank's block,
+// and ranks with nothing in a round; out of place and in place.
+TEST_F(MpiContract, AllGatherFloatsInSeveralRounds) {
+  for (const std::size_t chunk : {1, 3, 7}) {
+    SCOPED_TRACE("max_chunk_floats " + std::to_string(chunk));
+    comm_.set_max_chunk_floats(chunk);
+    EXPECT_EQ(comm_.max_chunk_floats(), chunk);
+    optex::test::check_all_gather_floats(comm_);
+    // all_gather_bytes beyond the window goes through the rounds as well.
+    optex::test::check_all_gather_bytes(comm_);
+    // A split passes the round size on.
+    auto sub = comm_.split(0, comm_.rank());
+    EXPECT_EQ(static_cast<MpiCommunicator&>(*sub).max_chunk_floats(), chunk);
+    optex::test::check_all_gather_floats(*sub);
+  }
+  // Larger blocks: 1000 floats per rank in rounds of 64.
+  comm_.set_max_chunk_floats(64);
+  const auto size = static_cast<std::size_t>(comm_.size());
+  const std::vector<std::size_t> counts(size, 1000);
+  std::vector<float> mine(1000);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    mine[i] = optex::test::source_value(comm_.rank(), i);
+  std::vector<float> all(1000 * size, std::numeric_limits<float>::quiet_NaN());
+  comm_.all_gather_floats(mine.data(), all.data(), counts);
+  for (std::size_t r = 0; r < size; ++r) {
+    for (std::size_t i = 0; i < 1000; ++i) {
+      ASSERT_EQ(all[r * 1000 + i], optex::test::source_value(static_cast<int>(r), i))
+          << "rank " << r << ", index " << i;
+    }
+  }
+}
+
+TEST_F(MpiContract, RejectsBadArguments) {
+  const auto expect_invalid = [](const auto& call, const std::string& words) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted; expected an error with '" << words << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(words));
+    }
+  };
+  expect_invalid([&] { comm_.set_max_chunk_floats(0); }, "floats: must be in [1, 2^30], got 0");
+  expect_invalid([&] { comm_.set_max_chunk_floats((std::size_t{1} << 30) + 1); }, "floats");
+  std::vector<std::byte> one(1);
+  expect_invalid([&] { comm_.broadcast_bytes(one, comm_.size()); },
+                 "root: must be in [0, " + std::to_string(comm_.size()) + ")");
+  expect_invalid([&] { comm_.all_gather_bytes(one, one); },
+                 "all.size() must be size() * mine.size()");
+  const std::vector<std::size_t> wrong(static_cast<std::size_t>(comm_.size()) + 1, 0);
+  expect_invalid([&] { comm_.all_gather_floats(nullptr, nullptr, wrong); }, "counts.size()");
+  const std::vector<std::size_t> ones(static_cast<std::size_t>(comm_.size()), 1);
+  std::vector<float> all(ones.size());
+  expect_invalid([&] { comm_.all_gather_floats(nullptr, all.data(), ones); }, "mine");
+  expect_invalid([&] { comm_.split(-1, 0); }, "color: must be >= 0, got -1");
+  expect_invalid([] { MpiCommunicator bad(MPI_COMM_NULL); }, "comm");
+  // Local checks leave the communicator working.
+  optex::test::check_barrier(comm_);
+}
+
+}  // namespace
