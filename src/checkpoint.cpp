@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "optex/detail/configuration_fingerprint.hpp"
 #include "optex/detail/engine_backend.hpp"
 #include "optex/engine.hpp"
 
@@ -187,6 +188,17 @@ std::vector<char> read_file(const std::string& path) {
 }
 
 }  // namespace
+
+std::uint64_t detail::configuration_fingerprint(const Options& options, const Optimizer& optimizer,
+                                                std::size_t dim) {
+  Options shared = options;
+  shared.device.index = 0;  // one GPU per rank: the index may differ
+  Writer w;
+  put_options(w, shared);
+  put_optimizer(w, optimizer);
+  w.put<std::uint64_t>(dim);
+  return checksum(w.bytes(), 0, w.bytes().size());
+}
 
 // An argument of load() that cannot be honoured (as opposed to a bad file).
 struct LoadArgumentError : std::invalid_argument {

@@ -1,12 +1,19 @@
 // optex: first-order optimizers made approximately parallel (OptEx, Shu et al.,
-// NeurIPS 2024). Include this one header for the whole public API.
+// NeurIPS 2024). Include this one header for the whole public API; the MPI
+// and NCCL communicators have their own headers (mpi_communicator.hpp,
+// nccl_communicator.hpp) and targets (optex::mpi, optex::nccl).
 #pragma once
 
 #include "optex/adam.hpp"
 #include "optex/batch.hpp"
+#include "optex/communicator.hpp"
+#include "optex/data_parallel.hpp"
+#include "optex/distributed_engine.hpp"
+#include "optex/distributed_minimize.hpp"
 #include "optex/engine.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
+#include "optex/in_process_communicator.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/kernel.hpp"
 #include "optex/lengthscale_selection.hpp"

@@ -1,0 +1,204 @@
+// OptEx across ranks: W processes (or threads, or GPUs) share the N gradient
+// evaluations of every iteration.
+//
+//   optex::MpiSession mpi(&argc, &argv);
+//   optex::MpiCommunicator world;
+//   optex::DistributedEngine engine(x0, optex::Adam{.lr = 1e-2}, options, world);
+//   for (int t = 0; t < iters; ++t) {
+//     optex::Batch& b = engine.ask();                  // the same N points on every rank
+//     for (int i : engine.my_points())                 // this rank's share
+//       b.loss(i) = f(b.point(i), b.grad(i));
+//     engine.tell(b);                                  // all-gather, then the same commit
+//   }
+//
+// Every rank runs a full Engine with the same options: the proxy trajectory,
+// the history and the commit are computed redundantly and identically, so
+// only the gradients and losses travel (DESIGN.md section 3). The result is
+// bit for bit the single-process Engine's with the same options and seed.
+//
+// Layout. The W ranks form G = W / D groups of D ranks (D =
+// DistributedOptions::data_parallel). The N points are split over the groups
+// in contiguous blocks (group g gets N / G points, the first N % G groups one
+// more); every rank of a group evaluates the group's points, each on its own
+// minibatch (seed(i)), and the group's gradient is the mean over its D ranks
+// in rank order (data_parallel.hpp). D = 1 is plain OptEx over W workers.
+// Rank r is data rank r % D of group r / D.
+//
+// Failures. A rank that cannot evaluate a point calls fail(i, message) (the
+// distributed minimize does this for an exception). At tell() every rank
+// learns of every failure and reacts identically: OnFailure::abort throws
+// RankFailure on every rank, naming the rank, point and message; with
+// OnFailure::drop the point is dropped everywhere like a non-finite gradient.
+// A rank that stops calling the engine makes the others throw
+// CommunicatorTimeout within the communicator's timeout. Every
+// DistributedOptions::hash_interval iterations the ranks compare a hash of
+// their state; a mismatch throws RankDivergence on every rank, naming the
+// ranks that differ.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "optex/communicator.hpp"
+#include "optex/engine.hpp"
+
+namespace optex {
+
+enum class OnFailure {
+  abort,  // every rank throws RankFailure from tell()
+  drop,   // the failed point is dropped on every rank, like a non-finite gradient
+};
+
+struct DistributedOptions {
+  // D: ranks per group that evaluate the same points on different minibatches.
+  int data_parallel = 1;
+  // Compare state hashes across ranks every this many iterations (0: never).
+  // Costs one copy of the iterate to the host on a device engine.
+  int hash_interval = 10;
+  OnFailure on_failure = OnFailure::abort;
+
+  // Throws std::invalid_argument naming the field and its value.
+  void validate() const;
+};
+
+// One or more ranks failed to evaluate their points (OnFailure::abort).
+// Thrown on every rank, with the same message.
+class RankFailure : public std::runtime_error {
+ public:
+  RankFailure(const std::string& what, int rank, int point)
+      : std::runtime_error(what), rank_(rank), point_(point) {}
+  int rank() const { return rank_; }    // the lowest failing rank
+  int point() const { return point_; }  // the point it failed on
+
+ private:
+  int rank_;
+  int point_;
+};
+
+// The ranks' states differ: a non-deterministic objective, different inputs
+// or options, or different hardware. Thrown on every rank.
+class RankDivergence : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Time and volume of the communication, cumulative since construction.
+struct CommunicationStats {
+  double seconds = 0.0;          // wall-clock inside collectives
+  std::uint64_t bytes_sent = 0;  // payload this rank contributed
+  std::int64_t collectives = 0;
+};
+
+class DistributedEngine {
+ public:
+  // Collective. Rank 0's x0 is broadcast to every rank (others may pass their
+  // own copy or any vector of the same size). Throws std::invalid_argument
+  // for bad arguments (as Engine does), for a world size that is not a
+  // multiple of data_parallel, for more groups than points, for a
+  // communicator whose gradient rows live on another device than the
+  // engine's, and, on every rank, when ranks were given different options,
+  // optimizers or dimensions (naming the ranks).
+  DistributedEngine(std::span<const float> x0, Optimizer optimizer, Options options,
+                    Communicator& communicator, DistributedOptions distributed = {});
+
+  // Collective: every rank loads `path` (a file every rank can read) and the
+  // ranks check that they hold the same state. `device` as in Engine::load.
+  static DistributedEngine load(const std::string& path, Communicator& communicator,
+                                DistributedOptions distributed = {},
+                                std::optional<Device> device = std::nullopt);
+  // Writes the checkpoint on rank 0 only (the format of Engine::save), then
+  // waits for every rank. Collective.
+  void save(const std::string& path);
+
+  DistributedEngine(DistributedEngine&&) noexcept;
+  DistributedEngine& operator=(DistributedEngine&&) noexcept;
+  ~DistributedEngine();
+
+  // The N points of this iteration, the same on every rank. Not collective.
+  Batch& ask();
+
+  // The points this rank evaluates, shared with its group:
+  // first, first + 1, ..., first + count - 1. Iterable: for (int i : range).
+  struct PointRange {
+    int first = 0;
+    int count = 0;
+    struct Iterator {
+      int i;
+      int operator*() const { return i; }
+      Iterator& operator++() {
+        ++i;
+        return *this;
+      }
+      bool operator!=(const Iterator& o) const { return i != o.i; }
+    };
+    Iterator begin() const { return {first}; }
+    Iterator end() const { return {first + count}; }
+    bool contains(int i) const { return i >= first && i < first + count; }
+  };
+  PointRange my_points() const { return points_of_group(group()); }
+  PointRange points_of_group(int group) const;
+
+  // The seed of this rank's minibatch at point i of the pending batch:
+  // minibatch_seed(batch.seed(i), data_rank(), data_parallel).
+  std::uint64_t seed(int i) const;
+
+  // Records that this rank could not evaluate point i (one of my_points()).
+  // The message travels to every rank (truncated to 200 bytes).
+  void fail(int i, std::string_view message);
+
+  // Collective: gathers every rank's gradients and losses (written into the
+  // batch rows of my_points(): host rows, or device rows when the
+  // communicator's rows live on the engine's device), then commits the same
+  // state on every rank. Throws RankFailure, RankDivergence or
+  // CommunicatorError as described above; after a throw the batch is still
+  // pending and the engine unchanged.
+  const IterationInfo& tell(Batch& batch);
+
+  int rank() const;
+  int world_size() const;
+  int groups() const { return groups_; }
+  int group() const;
+  int data_rank() const;
+  const DistributedOptions& distributed_options() const { return distributed_; }
+  const Engine& engine() const { return engine_; }
+  Engine& engine() { return engine_; }
+  Communicator& communicator() { return *world_; }
+  const CommunicationStats& communication() const { return stats_; }
+  // The hash the ranks compare: iterate bytes, iteration and generator state.
+  std::uint64_t state_hash() const;
+
+ private:
+  DistributedEngine(Engine engine, Communicator& communicator, DistributedOptions distributed);
+  void check_same_configuration();
+  void check_same_state();
+  // The collectives of tell(), in order.
+  void exchange_status_and_losses(Batch& batch);
+  void average_over_group(Batch& batch, std::span<float> rows);
+  void gather_groups(std::span<float> rows);
+  std::span<float> gradient_rows(Batch& batch);
+
+  Engine engine_;
+  Communicator* world_;
+  DistributedOptions distributed_;
+  int groups_ = 1;
+  // Sub-communicators of the hybrid layout (D > 1): the D ranks of this group,
+  // and the G ranks with this data rank (one per group).
+  std::unique_ptr<Communicator> group_comm_;
+  std::unique_ptr<Communicator> peer_comm_;
+  // Failures recorded by fail() since the last ask().
+  struct Failure {
+    int point;
+    std::string message;
+  };
+  std::vector<Failure> failures_;
+  std::vector<float> group_rows_;  // D x (this group's rows), D > 1 only
+  CommunicationStats stats_;
+};
+
+}  // namespace optex

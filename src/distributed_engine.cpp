@@ -1,0 +1,445 @@
+#include "optex/distributed_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "optex/data_parallel.hpp"
+#include "optex/detail/configuration_fingerprint.hpp"
+#include "optex/random.hpp"
+
+namespace optex {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "ranks 2, 3" or "rank 2".
+std::string name_ranks(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t k = 0; k < ranks.size(); ++k) {
+    if (k > 0) s += ", ";
+    s += std::to_string(ranks[k]);
+  }
+  return s;
+}
+
+// Copies a message into a fixed, zero-terminated field.
+template <std::size_t N>
+void put_message(char (&field)[N], std::string_view message) {
+  const std::size_t n = std::min(message.size(), N - 1);
+  std::memcpy(field, message.data(), n);
+  std::memset(field + n, 0, N - n);
+}
+
+// The error every rank agrees on after a collective step fails somewhere.
+struct StepOutcome {
+  std::int32_t failed = 0;
+  char message[240] = {};
+};
+
+// Runs `step` on every rank and agrees on the outcome: if it threw anywhere,
+// every rank throws (the failing rank its own exception, the others
+// std::invalid_argument or std::runtime_error naming the failing ranks). A rank
+// that fails alone would otherwise leave the others waiting in the next
+// collective.
+template <class Step>
+void collectively(Communicator& comm, std::string_view what, bool invalid_argument, Step&& step) {
+  StepOutcome mine;
+  std::exception_ptr error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    mine.failed = 1;
+    put_message(mine.message, e.what());
+  } catch (...) {
+    error = std::current_exception();
+    mine.failed = 1;
+    put_message(mine.message, "unknown exception");
+  }
+  std::vector<StepOutcome> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(std::span<const StepOutcome>(&mine, 1), std::span<StepOutcome>(all));
+  std::vector<int> failed;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)].failed) failed.push_back(r);
+  }
+  if (failed.empty()) return;
+  if (error) std::rethrow_exception(error);
+  const std::string msg = std::string(what) + ": " + name_ranks(failed) +
+                          " failed: " + all[static_cast<std::size_t>(failed.front())].message;
+  if (invalid_argument) throw std::invalid_argument(msg);
+  throw std::runtime_error(msg);
+}
+
+// What every rank needs to know about the others before the first iteration.
+struct Configuration {
+  std::uint64_t fingerprint = 0;  // options, optimizer, dimension
+  std::uint64_t layout = 0;       // distributed options
+};
+
+std::uint64_t layout_fingerprint(const DistributedOptions& d) {
+  std::uint64_t h = mix_seed(static_cast<std::uint64_t>(d.data_parallel),
+                             static_cast<std::uint64_t>(d.hash_interval));
+  return mix_seed(h, static_cast<std::uint64_t>(d.on_failure));
+}
+
+// Per rank, at tell(): where it is, what failed, and its losses.
+struct StatusHeader {
+  std::int64_t iteration = 0;
+  std::int32_t failures = 0;
+  std::int32_t failed_point = -1;
+  char message[200] = {};
+};
+
+Engine build_engine(std::span<const float> x0, Optimizer optimizer, const Options& options,
+                    Communicator& comm, const DistributedOptions& distributed) {
+  // Check locally first, but agree on the outcome: a rank with bad arguments
+  // must not leave the others waiting.
+  collectively(comm, "DistributedEngine", true, [&] {
+    distributed.validate();
+    options.validate();
+    validate(optimizer);
+    if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
+  });
+  // Rank 0's start point, on every rank.
+  std::uint64_t dim = x0.size();
+  comm.broadcast(std::span<std::uint64_t>(&dim, 1), 0);
+  std::vector<float> start(x0.begin(), x0.end());
+  collectively(comm, "DistributedEngine", true, [&] {
+    if (dim != x0.size()) {
+      throw std::invalid_argument("x0: dimension " + std::to_string(x0.size()) + " on rank " +
+                                  std::to_string(comm.rank()) + " differs from rank 0's " +
+                                  std::to_string(dim));
+    }
+  });
+  comm.broadcast(std::span<float>(start), 0);
+  std::optional<Engine> engine;
+  collectively(comm, "DistributedEngine", false,
+               [&] { engine.emplace(start, std::move(optimizer), options); });
+  return std::move(*engine);
+}
+
+}  // namespace
+
+void DistributedOptions::validate() const {
+  if (data_parallel < 1) {
+    throw std::invalid_argument("data_parallel: must be >= 1, got " +
+                                std::to_string(data_parallel));
+  }
+  if (hash_interval < 0) {
+    throw std::invalid_argument("hash_interval: must be >= 0 (0: never), got " +
+                                std::to_string(hash_interval));
+  }
+  if (on_failure != OnFailure::abort && on_failure != OnFailure::drop) {
+    throw std::invalid_argument("on_failure: unknown value " +
+                                std::to_string(static_cast<int>(on_failure)));
+  }
+}
+
+DistributedEngine::DistributedEngine(std::span<const float> x0, Optimizer optimizer,
+                                     Options options, Communicator& communicator,
+                                     DistributedOptions distributed)
+    : DistributedEngine(build_engine(x0, std::move(optimizer), options, communicator, distributed),
+                        communicator, distributed) {}
+
+DistributedEngine::DistributedEngine(Engine engine, Communicator& communicator,
+                                     DistributedOptions distributed)
+    : engine_(std::move(engine)), world_(&communicator), distributed_(distributed) {
+  const int world = world_->size();
+  const int n = engine_.options().parallelism;
+  const Device rows = world_->row_device();
+  collectively(*world_, "DistributedEngine", true, [&] {
+    distributed_.validate();
+    const int d = distributed_.data_parallel;
+    if (world % d != 0) {
+      throw std::invalid_argument("data_parallel: " + std::to_string(d) +
+                                  " does not divide the world size " + std::to_string(world));
+    }
+    if (world / d > n) {
+      throw std::invalid_argument(
+          "parallelism: " + std::to_string(n) + " points cannot be shared by " +
+          std::to_string(world / d) + " groups (world size " + std::to_string(world) +
+          " / data_parallel " + std::to_string(d) + "); every group needs at least one point");
+    }
+    if (rows.is_cuda() && rows != engine_.device()) {
+      throw std::invalid_argument("device: the " + std::string(world_->backend()) +
+                                  " communicator's gradient rows live on " + rows.name() +
+                                  ", the engine on " + engine_.device().name());
+    }
+    if (rows.is_cuda() && d > 1) {
+      throw std::invalid_argument("data_parallel: " + std::to_string(d) +
+                                  " needs a communicator with host rows (in-process or MPI); "
+                                  "the group mean over device rows is not implemented");
+    }
+  });
+  groups_ = world / distributed_.data_parallel;
+  check_same_configuration();
+  if (distributed_.data_parallel > 1) {
+    group_comm_ = world_->split(group(), data_rank());
+    peer_comm_ = world_->split(data_rank(), group());
+    const auto rows_here = static_cast<std::size_t>(my_points().count);
+    group_rows_.resize(static_cast<std::size_t>(distributed_.data_parallel) * rows_here *
+                       engine_.dim());
+  }
+  check_same_state();
+}
+
+DistributedEngine::DistributedEngine(DistributedEngine&&) noexcept = default;
+DistributedEngine& DistributedEngine::operator=(DistributedEngine&&) noexcept = default;
+DistributedEngine::~DistributedEngine() = default;
+
+DistributedEngine DistributedEngine::load(const std::string& path, Communicator& communicator,
+                                          DistributedOptions distributed,
+                                          std::optional<Device> device) {
+  std::optional<Engine> engine;
+  collectively(communicator, "DistributedEngine::load", false,
+               [&] { engine.emplace(Engine::load(path, device)); });
+  return DistributedEngine(std::move(*engine), communicator, distributed);
+}
+
+void DistributedEngine::save(const std::string& path) {
+  collectively(*world_, "DistributedEngine::save", false, [&] {
+    if (rank() == 0) engine_.save(path);
+  });
+}
+
+int DistributedEngine::rank() const { return world_->rank(); }
+int DistributedEngine::world_size() const { return world_->size(); }
+int DistributedEngine::group() const { return rank() / distributed_.data_parallel; }
+int DistributedEngine::data_rank() const { return rank() % distributed_.data_parallel; }
+
+DistributedEngine::PointRange DistributedEngine::points_of_group(int g) const {
+  if (g < 0 || g >= groups_) {
+    throw std::out_of_range("group: " + std::to_string(g) + " is outside [0, " +
+                            std::to_string(groups_) + ")");
+  }
+  const int n = engine_.options().parallelism;
+  const int base = n / groups_;
+  const int extra = n % groups_;
+  const int begin = g * base + std::min(g, extra);
+  return {begin, base + (g < extra ? 1 : 0)};
+}
+
+Batch& DistributedEngine::ask() {
+  if (!engine_.pending()) failures_.clear();
+  return engine_.ask();
+}
+
+std::uint64_t DistributedEngine::seed(int i) const {
+  if (!engine_.pending()) {
+    throw std::runtime_error("seed: no batch is pending; call ask() first");
+  }
+  // ask() on a pending engine returns the pending batch unchanged.
+  const Batch& batch = const_cast<Engine&>(engine_).ask();
+  return minibatch_seed(batch.seed(i), data_rank(), distributed_.data_parallel);
+}
+
+void DistributedEngine::fail(int i, std::string_view message) {
+  if (!engine_.pending()) {
+    throw std::runtime_error("fail: no batch is pending; call ask() first");
+  }
+  const PointRange mine = my_points();
+  if (!mine.contains(i)) {
+    throw std::out_of_range("i: point " + std::to_string(i) + " is not one of this rank's [" +
+                            std::to_string(mine.first) + ", " +
+                            std::to_string(mine.first + mine.count) + ")");
+  }
+  failures_.push_back({i, std::string(message)});
+}
+
+const IterationInfo& DistributedEngine::tell(Batch& batch) {
+  if (!engine_.pending()) {
+    throw std::runtime_error("tell: no batch is pending; call ask() first");
+  }
+  if (&batch != &engine_.ask()) {
+    throw std::invalid_argument("batch: not the batch this engine's ask() returned");
+  }
+  const auto start = Clock::now();
+  exchange_status_and_losses(batch);
+  const std::span<float> rows = gradient_rows(batch);
+  if (distributed_.data_parallel > 1) average_over_group(batch, rows);
+  gather_groups(rows);
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  const IterationInfo& info = engine_.tell(batch);
+  failures_.clear();
+  const int k = distributed_.hash_interval;
+  if (k > 0 && engine_.iteration() % k == 0) check_same_state();
+  return info;
+}
+
+void DistributedEngine::exchange_status_and_losses(Batch& batch) {
+  // One fixed-size record per rank: the header, then the losses of this
+  // rank's points (padded to the largest group).
+  const int max_rows = points_of_group(0).count;  // the first groups are the largest
+  const std::size_t record = sizeof(StatusHeader) + sizeof(double) * max_rows;
+  std::vector<std::byte> mine(record);
+  StatusHeader header;
+  header.iteration = engine_.iteration();
+  header.failures = static_cast<std::int32_t>(failures_.size());
+  if (!failures_.empty()) {
+    header.failed_point = failures_.front().point;
+    put_message(header.message, failures_.front().message);
+  }
+  std::memcpy(mine.data(), &header, sizeof header);
+  // The losses travel as they are; a failed point's is NaN.
+  const PointRange own = my_points();
+  for (const Failure& f : failures_) batch.loss(f.point) = std::numeric_limits<double>::quiet_NaN();
+  for (int k = 0; k < own.count; ++k) {
+    const double loss = batch.loss(own.first + k);
+    std::memcpy(mine.data() + sizeof header + sizeof(double) * k, &loss, sizeof loss);
+  }
+  std::vector<std::byte> all(record * static_cast<std::size_t>(world_size()));
+  world_->all_gather_bytes(mine, all);
+  stats_.bytes_sent += record;
+  ++stats_.collectives;
+
+  const auto header_of = [&](int r) {
+    StatusHeader h;
+    std::memcpy(&h, all.data() + record * static_cast<std::size_t>(r), sizeof h);
+    return h;
+  };
+  const auto loss_of = [&](int r, int k) {
+    double v;
+    std::memcpy(&v,
+                all.data() + record * static_cast<std::size_t>(r) + sizeof(StatusHeader) +
+                    sizeof(double) * k,
+                sizeof v);
+    return v;
+  };
+
+  // Ranks out of step (a rank skipped a tell): nothing sensible can follow.
+  std::vector<int> out_of_step;
+  for (int r = 0; r < world_size(); ++r) {
+    if (header_of(r).iteration != header_of(0).iteration) out_of_step.push_back(r);
+  }
+  if (!out_of_step.empty()) {
+    throw RankDivergence("tell: " + name_ranks(out_of_step) +
+                         " at another iteration than rank 0's " +
+                         std::to_string(header_of(0).iteration));
+  }
+
+  // Failures, the same list on every rank.
+  std::vector<int> failed_ranks;
+  for (int r = 0; r < world_size(); ++r) {
+    if (header_of(r).failures > 0) failed_ranks.push_back(r);
+  }
+  const int d = distributed_.data_parallel;
+  if (!failed_ranks.empty() && distributed_.on_failure == OnFailure::abort) {
+    std::ostringstream msg;
+    msg << "iteration " << engine_.iteration() << ": " << name_ranks(failed_ranks)
+        << " failed to evaluate their points";
+    for (int r : failed_ranks) {
+      const StatusHeader h = header_of(r);
+      msg << "; rank " << r << ", point " << h.failed_point << ": " << h.message;
+    }
+    const int first = failed_ranks.front();
+    failures_.clear();
+    throw RankFailure(msg.str(), first, header_of(first).failed_point);
+  }
+
+  // Each point's loss is its group's mean. A failed point carries a NaN loss
+  // (set below, before the exchange), so its mean is NaN and the engine drops
+  // it on every rank like any non-finite pair.
+  std::vector<double> group_losses(static_cast<std::size_t>(d));
+  for (int g = 0; g < groups_; ++g) {
+    const PointRange points = points_of_group(g);
+    for (int k = 0; k < points.count; ++k) {
+      for (int dr = 0; dr < d; ++dr) {
+        group_losses[static_cast<std::size_t>(dr)] = loss_of(g * d + dr, k);
+      }
+      const int i = points.first + k;
+      batch.loss(i) = mean_in_rank_order(group_losses);
+    }
+  }
+}
+
+std::span<float> DistributedEngine::gradient_rows(Batch& batch) {
+  if (world_->row_device().is_cuda()) {
+    // Rows the caller wrote through host views must be on the device before
+    // the communicator gathers the device rows.
+    batch.upload_staged_gradients();
+    return {batch.device_grads(), static_cast<std::size_t>(batch.size()) * batch.dim()};
+  }
+  return batch.grads();  // host rows (staged for upload on a device engine)
+}
+
+void DistributedEngine::average_over_group(Batch&, std::span<float> rows) {
+  const PointRange own = my_points();
+  const std::size_t dim = engine_.dim();
+  const std::size_t count = static_cast<std::size_t>(own.count) * dim;
+  const std::span<float> mine = rows.subspan(static_cast<std::size_t>(own.first) * dim, count);
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(distributed_.data_parallel),
+                                        count);
+  group_comm_->all_gather_floats(mine.data(), group_rows_.data(), counts);
+  stats_.bytes_sent += count * sizeof(float);
+  ++stats_.collectives;
+  mean_in_rank_order(group_rows_, mine);
+}
+
+void DistributedEngine::gather_groups(std::span<float> rows) {
+  Communicator& peers = distributed_.data_parallel > 1 ? *peer_comm_ : *world_;
+  const std::size_t dim = engine_.dim();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(groups_));
+  for (int g = 0; g < groups_; ++g) {
+    counts[static_cast<std::size_t>(g)] = static_cast<std::size_t>(points_of_group(g).count) * dim;
+  }
+  const PointRange own = my_points();
+  peers.all_gather_floats(rows.data() + static_cast<std::size_t>(own.first) * dim, rows.data(),
+                          counts);
+  stats_.bytes_sent += counts[static_cast<std::size_t>(group())] * sizeof(float);
+  ++stats_.collectives;
+}
+
+std::uint64_t DistributedEngine::state_hash() const {
+  const std::span<const float> x = engine_.iterate();
+  std::uint64_t h = fnv1a64(reinterpret_cast<const unsigned char*>(x.data()), x.size_bytes());
+  h = mix_seed(h, static_cast<std::uint64_t>(engine_.iteration()));
+  h = mix_seed(h, static_cast<std::uint64_t>(engine_.evaluations()));
+  return mix_seed(h, engine_.rng_state());
+}
+
+void DistributedEngine::check_same_configuration() {
+  const Configuration mine{
+      detail::configuration_fingerprint(engine_.options(), engine_.optimizer(), engine_.dim()),
+      layout_fingerprint(distributed_)};
+  std::vector<Configuration> all(static_cast<std::size_t>(world_size()));
+  world_->all_gather(std::span<const Configuration>(&mine, 1), std::span<Configuration>(all));
+  std::vector<int> differ;
+  for (int r = 1; r < world_size(); ++r) {
+    const Configuration& c = all[static_cast<std::size_t>(r)];
+    if (c.fingerprint != all[0].fingerprint || c.layout != all[0].layout) differ.push_back(r);
+  }
+  if (!differ.empty()) {
+    throw std::invalid_argument("DistributedEngine: " + name_ranks(differ) +
+                                " were given other options, optimizer, dimension or "
+                                "distributed options than rank 0");
+  }
+}
+
+void DistributedEngine::check_same_state() {
+  const auto start = Clock::now();
+  const std::uint64_t mine = state_hash();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world_size()));
+  world_->all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+  stats_.bytes_sent += sizeof mine;
+  ++stats_.collectives;
+  stats_.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<int> differ;
+  for (int r = 1; r < world_size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
+  }
+  if (!differ.empty()) {
+    std::ostringstream msg;
+    msg << "state hashes differ after iteration " << engine_.iteration() << ": "
+        << name_ranks(differ) << " differ from rank 0 (a non-deterministic objective, "
+        << "different inputs, or different hardware per rank)";
+    throw RankDivergence(msg.str());
+  }
+}
+
+}  // namespace optex

@@ -1,0 +1,92 @@
+// The distributed engine under mpirun: every rank is a process. The same
+// scenarios as test_distributed.cpp (threads); ctest runs this with 2 and 4
+// ranks (label mpi).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "distributed_scenarios.hpp"
+#include "optex/mpi_communicator.hpp"
+
+namespace {
+
+using namespace optex;
+using namespace optex::test;
+
+TEST(DistributedMpi, AdamMatchesSingleProcessBitForBit) {
+  MpiCommunicator world;
+  CheckMatchesSingleProcess(world, 4, Adam{.lr = 0.01});
+}
+
+TEST(DistributedMpi, MomentumSgdWithUnevenSharesMatchesSingleProcess) {
+  MpiCommunicator world;
+  CheckMatchesSingleProcess(world, 2 * world.size() + 1, Sgd{.lr = 0.01, .momentum = 0.9});
+}
+
+TEST(DistributedMpi, HybridMatchesSingleProcessWithAveragedMinibatches) {
+  MpiCommunicator world;
+  // Every layout the world size allows: D = 1 (above), 2 and W.
+  for (int d = 2; d <= world.size(); ++d) {
+    if (world.size() % d != 0) continue;
+    SCOPED_TRACE("data_parallel " + std::to_string(d));
+    CheckMatchesSingleProcess(world, 4, Adam{.lr = 0.01}, d);
+  }
+}
+
+TEST(DistributedMpi, MinimizeMatchesSingleProcess) {
+  MpiCommunicator world;
+  CheckMinimizeMatchesSingleProcess(world);
+}
+
+TEST(DistributedMpi, FailureAbortsOnEveryRank) {
+  MpiCommunicator world;
+  CheckFailureAborts(world);
+}
+
+TEST(DistributedMpi, MinimizeReportsAnObjectiveExceptionEverywhere) {
+  MpiCommunicator world;
+  CheckMinimizeReportsFailureEverywhere(world);
+}
+
+TEST(DistributedMpi, FailureIsDroppedOnEveryRank) {
+  MpiCommunicator world;
+  CheckFailureDrops(world);
+}
+
+TEST(DistributedMpi, DivergenceIsDetected) {
+  MpiCommunicator world;
+  CheckDivergenceIsDetected(world);
+}
+
+TEST(DistributedMpi, ConfigurationMismatchIsRefused) {
+  MpiCommunicator world;
+  CheckConfigurationMismatchIsRefused(world);
+}
+
+TEST(DistributedMpi, BadLayoutsAreRefused) {
+  MpiCommunicator world;
+  CheckBadLayoutsAreRefused(world);
+}
+
+TEST(DistributedMpi, PointsCoverTheBatch) {
+  MpiCommunicator world;
+  CheckPointsCoverTheBatch(world);
+}
+
+TEST(DistributedMpi, CheckpointResumes) {
+  MpiCommunicator world;
+  // One file name for every rank: rank 0 draws it.
+  std::uint64_t tag = std::random_device{}();
+  world.broadcast(std::span<std::uint64_t>(&tag, 1), 0);
+  CheckCheckpointResumes(world,
+                         ::testing::TempDir() + "optex_mpi_" + std::to_string(tag) + ".ckpt");
+}
+
+TEST(DistributedMpi, LocalMisuseThrowsWithoutCommunicating) {
+  MpiCommunicator world;
+  CheckLocalMisuse(world);
+}
+
+}  // namespace
