@@ -132,13 +132,16 @@ void MpiCommunicator::check(int code, std::string_view operation, std::string_vi
   throw CommunicatorError(where(operation) + ": " + what);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, std::string_view operation) {
+void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Polling polling) {
   using Clock = std::chrono::steady_clock;
   // Clamped so that a huge (but finite) timeout cannot overflow the clock.
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::min(timeout(), Seconds{1e9}));
-  // Short sleeps first (small collectives finish in microseconds), then 1 ms:
-  // with more ranks than cores, a spinning rank would starve the others.
+  // Waiting for other ranks: short sleeps first (small collectives finish in
+  // microseconds), then 1 ms, since with more ranks than cores a spinning rank
+  // would starve the others. Moving data: Open MPI progresses a transfer only
+  // inside MPI_Test, one fragment per call, so a sleep between calls would
+  // throttle it to a fragment per millisecond; there it yields instead.
   auto pause = std::chrono::microseconds(20);
   constexpr auto kLongestPause = std::chrono::microseconds(1000);
   for (;;) {
@@ -152,9 +155,19 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view operation) {
       failure_ = std::string(operation) + " " + what;
       throw CommunicatorTimeout(where(operation) + ": " + what);
     }
+    if (polling == Polling::transfer) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, kLongestPause);
   }
+}
+
+void MpiCommunicator::wait_for_every_rank(std::string_view operation) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm_, &request), operation, "MPI_Ibarrier");
+  wait(request, operation, Polling::arrival);
 }
 
 // ---- MpiCommunicator: collectives ------------------------------------------
@@ -177,6 +190,11 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
     total += counts[r];
   }
   const bool in_place = counts[me] == 0 || mine == all + offsets[me] * element_bytes;
+  // A large gather: first wait (sleeping) until every rank has arrived, which
+  // may take as long as the slowest rank's gradient, then move the data
+  // without sleeping between polls.
+  const bool large = total * element_bytes > kLargeTransferBytes;
+  if (large) wait_for_every_rank(operation);
   std::vector<int> window_counts(ranks);
   std::vector<int> window_displacements(ranks);
   for (std::size_t begin = 0; begin < total; begin += max_chunk_floats_) {
@@ -194,7 +212,7 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
     check(MPI_Iallgatherv(send, window_counts[me], type, all + begin * element_bytes,
                           window_counts.data(), window_displacements.data(), type, comm_, &request),
           operation, "MPI_Iallgatherv");
-    wait(request, operation);
+    wait(request, operation, large ? Polling::transfer : Polling::arrival);
   }
 }
 

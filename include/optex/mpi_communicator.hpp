@@ -107,7 +107,13 @@ class MpiCommunicator final : public Communicator {
   // Turns an MPI return code into a CommunicatorError (and marks failure).
   void check(int code, std::string_view operation, std::string_view call);
   // Polls `request` until it completes; CommunicatorTimeout after timeout().
-  void wait(MPI_Request& request, std::string_view operation);
+  // How to poll: sleeping while other ranks may still be computing, yielding
+  // while data moves (Open MPI progresses a transfer only inside MPI_Test).
+  enum class Polling { arrival, transfer };
+  // Gathers above this size wait for every rank first, then poll as a transfer.
+  static constexpr std::size_t kLargeTransferBytes = std::size_t{64} << 10;
+  void wait(MPI_Request& request, std::string_view operation, Polling polling = Polling::arrival);
+  void wait_for_every_rank(std::string_view operation);
   // All-gather of element counts that may exceed INT_MAX, in windows.
   void gather_in_windows(const std::byte* mine, std::byte* all, std::span<const std::size_t> counts,
                          MPI_Datatype type, std::size_t element_bytes, std::string_view operation);
