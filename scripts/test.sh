@@ -31,7 +31,7 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTEX_SANITIZE=ON \
   -DOPTEX_WARNINGS_AS_ERRORS=ON -DOPTEX_BUILD_BENCHMARKS=OFF -DOPTEX_BUILD_EXAMPLES=OFF \
-  -DOPTEX_WITH_CUDA=OFF >/dev/null
+  -DOPTEX_WITH_CUDA=OFF -DOPTEX_WITH_NCCL=OFF >/dev/null
 cmake --build build-sanitize -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -LE install
