@@ -27,10 +27,13 @@
 #include <vector>
 
 #include "communicator_contract.hpp"
+#include "engine_equality.hpp"
 #include "optex/communicator.hpp"
 #include "optex/device.hpp"
+#include "optex/distributed_engine.hpp"
 #include "optex/in_process_communicator.hpp"
 #include "optex/nccl_communicator.hpp"
+#include "optex/problems.hpp"
 
 namespace {
 
@@ -339,6 +342,52 @@ TEST_F(Nccl, RejectsBadArgumentsAndStaysUsable) {
 }
 
 // ---- without a GPU: argument checks come first, and the errors say why -------------
+
+// ---- the distributed engine on device rows ---------------------------------------------
+
+// A DistributedEngine over NCCL gathers the batch's device rows. With one rank
+// it must commit exactly what a plain engine on the same GPU commits, whether
+// the gradients were written through host views (uploaded before the gather)
+// or straight into the device rows.
+TEST_F(Nccl, DistributedEngineOnDeviceRowsMatchesTheDeviceEngine) {
+  auto comm = Single();
+  optex::Options options;
+  options.parallelism = 3;
+  options.seed = 5;
+  options.device = comm->row_device();
+  const optex::problems::Rosenbrock f;
+  const std::vector<float> x0 = f.standard_start(64);
+  optex::DistributedEngine distributed(x0, optex::Adam{.lr = 0.01}, options, *comm);
+  optex::Engine reference(x0, optex::Adam{.lr = 0.01}, options);
+  std::vector<float> g(x0.size());
+  for (int t = 0; t < 6; ++t) {
+    optex::Batch& b = distributed.ask();
+    for (int i : distributed.my_points()) {
+      if (t % 2 == 0) {
+        b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));  // host view
+      } else {
+        b.loss(i) = f.EvaluateWithGradient(b.point(i), g);  // straight into the device row
+        ASSERT_EQ(cudaMemcpy(b.device_grad(i), g.data(), g.size() * sizeof(float),
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+    }
+    distributed.tell(b);
+    optex::Batch& rb = reference.ask();
+    for (int i = 0; i < rb.size(); ++i)
+      rb.loss(i) = f.EvaluateWithGradient(rb.point(i), rb.grad(i));
+    reference.tell(rb);
+    ASSERT_TRUE(optex::test::SameEngine(distributed.engine(), reference)) << "iteration " << t;
+  }
+}
+
+TEST_F(Nccl, DistributedEngineRefusesAnEngineOnAnotherDevice) {
+  auto comm = Single();
+  optex::Options options;  // a CPU engine: the NCCL rows are on the GPU
+  const std::vector<float> x0(16, 0.5f);
+  EXPECT_THAT([&] { optex::DistributedEngine e(x0, optex::Sgd{.lr = 0.1}, options, *comm); },
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("device"), HasSubstr("cpu"))));
+}
 
 TEST(NcclArguments, RejectsBadTimeoutsAndNegativeDevicesAnywhere) {
   for (const double bad : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
