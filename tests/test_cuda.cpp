@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine_equality.hpp"
+#include "gpu_test_support.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
 #include "optex/engine.hpp"
@@ -67,21 +68,9 @@ const Rosenbrock kRosenbrock;
 
 // ---- the fixture: skip, or fail under OPTEX_REQUIRE_GPU=1 ---------------------------
 
-// OPTEX_REQUIRE_GPU=1 (any value but empty or 0): a missing device is a failure.
-bool GpuRequired() {
-  const char* v = std::getenv("OPTEX_REQUIRE_GPU");
-  return v != nullptr && std::string(v) != "" && std::string(v) != "0";
-}
-
 class Cuda : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (optex::cuda_device_count() > 0) return;
-    const std::string why = std::string("no CUDA device (built_with_cuda=") +
-                            (optex::built_with_cuda() ? "true" : "false") + ", devices=0)";
-    if (GpuRequired()) FAIL() << why << ", but OPTEX_REQUIRE_GPU is set: a GPU run must not skip";
-    GTEST_SKIP() << why << "; set OPTEX_REQUIRE_GPU=1 to make this a failure";
-  }
+  void SetUp() override { optex::test::SkipOrFailWithoutGpu(); }
   void TearDown() override {
     std::error_code ec;
     if (!dir_.empty()) fs::remove_all(dir_, ec);
