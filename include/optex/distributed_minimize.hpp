@@ -81,16 +81,8 @@ Result minimize_distributed(Objective&& objective, std::span<const float> x0, Op
       communicator.all_reduce(std::span<double>(&flag, 1), ReduceOp::max);
       stop_now = flag > 0.0;
     }
-    if (stop_now) {
-      result.stop_reason = StopReason::callback;
-      break;
-    }
-    if (info.loss <= stop.target_loss) {
-      result.stop_reason = StopReason::target_loss;
-      break;
-    }
-    if (info.grad_norm <= stop.grad_tol) {
-      result.stop_reason = StopReason::grad_tol;
+    if (const auto reason = detail::stop_reason_after(info, stop, stop_now)) {
+      result.stop_reason = *reason;
       break;
     }
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -51,6 +52,15 @@ bool invoke_callback(Callback& cb, const IterationInfo& info) {
     return false;
   }
 }
+// Why a run stops after a round, if it does: a callback asked to, then the
+// target loss, then the gradient tolerance.
+inline std::optional<StopReason> stop_reason_after(const IterationInfo& info, const Stop& stop,
+                                                   bool callback_asked) {
+  if (callback_asked) return StopReason::callback;
+  if (info.loss <= stop.target_loss) return StopReason::target_loss;
+  if (info.grad_norm <= stop.grad_tol) return StopReason::grad_tol;
+  return std::nullopt;
+}
 }  // namespace detail
 
 // Runs OptEx until `stop` says so. The objective is called from
@@ -84,16 +94,8 @@ Result minimize(Objective&& objective, std::span<const float> x0, Optimizer opti
     result.loss_history.push_back(info.loss);
     bool stop_now = false;
     ((stop_now = detail::invoke_callback(callbacks, info) || stop_now), ...);
-    if (stop_now) {
-      result.stop_reason = StopReason::callback;
-      break;
-    }
-    if (info.loss <= stop.target_loss) {
-      result.stop_reason = StopReason::target_loss;
-      break;
-    }
-    if (info.grad_norm <= stop.grad_tol) {
-      result.stop_reason = StopReason::grad_tol;
+    if (const auto reason = detail::stop_reason_after(info, stop, stop_now)) {
+      result.stop_reason = *reason;
       break;
     }
   }
