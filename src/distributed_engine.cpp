@@ -365,6 +365,13 @@ std::span<float> DistributedEngine::gradient_rows(Batch& batch) {
     batch.upload_staged_gradients();
     return {batch.device_grads(), static_cast<std::size_t>(batch.size()) * batch.dim()};
   }
+  if (engine_.device().is_cuda()) {
+    // A device engine with a host communicator: this rank's rows may have
+    // been written on the device; reading them through the const view copies
+    // those down (staged rows stay as they are) before grads() stages all.
+    const Batch& view = batch;
+    for (int i : my_points()) view.grad(i);
+  }
   return batch.grads();  // host rows (staged for upload on a device engine)
 }
 

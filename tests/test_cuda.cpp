@@ -27,6 +27,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,7 +35,9 @@
 #include "gpu_test_support.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
+#include "optex/distributed_engine.hpp"
 #include "optex/engine.hpp"
+#include "optex/in_process_communicator.hpp"
 #include "optex/minimize.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
@@ -654,6 +657,55 @@ TEST_F(Cuda, MissingDevicesAndOversizedHistoriesAreRefused) {
 // Tolerance: 1e-3 relative on Result::x after 30 rounds, as for the
 // trajectories of test 3. minimize() evaluates the batch's host views from
 // several threads at once, which the device batch must serve.
+// Device engines with a host communicator (two in-process ranks on one GPU):
+// each rank writes some of its gradient rows on the device and some through
+// host views; the gather must see both, and every rank commits what one
+// device engine commits.
+TEST_F(Cuda, DistributedDeviceEnginesWithAHostCommunicatorMatchOneDeviceEngine) {
+#if OPTEX_HAVE_CUDA
+  const std::size_t d = 500;
+  const std::vector<float> x0 = UniformStart(d, 12);
+  const Options o = On(Device::cuda(0), WithN(4, 3));
+  Engine reference(x0, Adam{.lr = 1e-2}, o);
+  optex::InProcessWorld world(2);
+  std::vector<std::vector<float>> final_iterates(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r, comm = world.communicator(r)] {
+      optex::DistributedEngine engine(x0, Adam{.lr = 1e-2}, o, *comm);
+      std::vector<float> g(d);
+      for (int t = 0; t < 5; ++t) {
+        Batch& b = engine.ask();
+        for (int i : engine.my_points()) {
+          if (i % 2 == 0) {
+            b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+          } else {
+            b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), g);
+            EXPECT_EQ(
+                cudaMemcpy(b.device_grad(i), g.data(), d * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+          }
+        }
+        engine.tell(b);
+      }
+      const auto x = engine.engine().iterate();
+      final_iterates[static_cast<std::size_t>(r)].assign(x.begin(), x.end());
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int t = 0; t < 5; ++t) {
+    Batch& b = reference.ask();
+    for (int i = 0; i < b.size(); ++i)
+      b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+    reference.tell(b);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(BitEqual(final_iterates[static_cast<std::size_t>(r)], reference.iterate()))
+        << "rank " << r;
+  }
+#endif
+}
+
 TEST_F(Cuda, MinimizeMatchesTheCpu) {
   const std::size_t d = 500;
   const std::vector<float> x0 = UniformStart(d, 77);

@@ -153,11 +153,13 @@ class DistributedEngine {
   void fail(int i, std::string_view message);
 
   // Collective: gathers every rank's gradients and losses (written into the
-  // batch rows of my_points(): host rows, or device rows when the
-  // communicator's rows live on the engine's device), then commits the same
-  // state on every rank. Throws RankFailure, RankDivergence or
-  // CommunicatorError as described above; after a throw the batch is still
-  // pending and the engine unchanged.
+  // batch rows of my_points(), through host or device views as with Engine),
+  // then commits the same state on every rank. The gather moves device rows
+  // when the communicator's rows live on the engine's device (NCCL), host
+  // rows otherwise (a device engine's rows are copied down first).
+  // Throws RankFailure, RankDivergence or CommunicatorError as described
+  // above; after RankFailure or CommunicatorError the batch is still pending
+  // and the engine unchanged. RankDivergence comes after the commit.
   const IterationInfo& tell(Batch& batch);
 
   int rank() const;
