@@ -2,8 +2,11 @@
 # Installs what building and testing optex needs, from Debian/Ubuntu packages.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
+# python3-venv and python3-dev: the Python package's virtual environment and the
+# headers its extension compiles against (scripts/test.sh); the rest of what it
+# needs (scikit-build-core, pybind11, numpy, pytest) comes from PyPI through pip.
 packages=(cmake make g++ libeigen3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang-format libopenmpi-dev openmpi-bin)
+  clang-format libopenmpi-dev openmpi-bin python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,184 @@
+# Type stub of the compiled module optex._optex (python/src/*.cpp); everything
+# here is re-exported by optex/__init__.py.
+import os
+from collections.abc import Callable, Sequence
+from typing import Literal, final
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from optex import problems as problems
+
+__version__: str
+
+_KernelName = Literal["matern12", "matern32", "matern52", "rbf"]
+_ProxyName = Literal["gp", "target", "last_gradient"]
+_InputScalingName = Literal["none", "reference_mean_sqrt_norm"]
+_WarmupName = Literal["zero_gradient", "last_gradient"]
+_LengthscaleSelectionName = Literal["fixed", "leave_one_out", "marginal_likelihood"]
+_PrecisionName = Literal["fp32", "bf16", "bf16_gradients"]
+# "cpu", "cuda" or "cuda:<index>"
+_DeviceName = str
+_Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+def built_with_cuda() -> bool: ...
+def cuda_device_count() -> int: ...
+@final
+class Sgd:
+    lr: float
+    momentum: float
+    nesterov: bool
+    weight_decay: float
+    def __init__(
+        self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class Adam:
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    def __init__(
+        self,
+        lr: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-08,
+        weight_decay: float = 0.0,
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class AdamW:
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    def __init__(
+        self,
+        lr: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-08,
+        weight_decay: float = 0.01,
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
+_Optimizer = Sgd | Adam | AdamW
+
+@final
+class Options:
+    parallelism: int
+    history: int
+    kernel: _KernelName
+    lengthscale: float
+    noise: float
+    input_scaling: _InputScalingName
+    warmup: _WarmupName
+    lengthscale_selection: _LengthscaleSelectionName
+    selection_interval: int
+    # Set from any sequence of floats; read back as a tuple.
+    lengthscale_grid: tuple[float, ...]
+    proxy: _ProxyName
+    seed: int
+    device: _DeviceName
+    history_precision: _PrecisionName
+    def __init__(
+        self,
+        *,
+        parallelism: int = 4,
+        history: int = 32,
+        kernel: _KernelName = "matern52",
+        lengthscale: float = 0.1,
+        noise: float = 0.001,
+        input_scaling: _InputScalingName = "none",
+        warmup: _WarmupName = "last_gradient",
+        lengthscale_selection: _LengthscaleSelectionName = "leave_one_out",
+        selection_interval: int = 1,
+        lengthscale_grid: Sequence[float] = (),
+        proxy: _ProxyName = "gp",
+        seed: int = 0,
+        device: _DeviceName = "cpu",
+        history_precision: _PrecisionName = "fp32",
+    ) -> None: ...
+    @staticmethod
+    def reference(parallelism: int = 5) -> Options: ...
+    def __eq__(self, other: object) -> bool: ...
+
+@final
+class IterationInfo:
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def evaluations(self) -> int: ...
+    @property
+    def loss(self) -> float: ...
+    @property
+    def best_loss(self) -> float: ...
+    @property
+    def grad_norm(self) -> float: ...
+    @property
+    def cosine(self) -> float: ...
+    @property
+    def lengthscale(self) -> float: ...
+    @property
+    def committed_point(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+
+@final
+class OptEx:
+    def __init__(
+        self,
+        x0: ArrayLike,
+        optimizer: _Optimizer | None = None,
+        options: Options | None = None,
+        *,
+        parallelism: int = ...,
+        history: int = ...,
+        kernel: _KernelName = ...,
+        lengthscale: float = ...,
+        noise: float = ...,
+        input_scaling: _InputScalingName = ...,
+        warmup: _WarmupName = ...,
+        lengthscale_selection: _LengthscaleSelectionName = ...,
+        selection_interval: int = ...,
+        lengthscale_grid: Sequence[float] = ...,
+        proxy: _ProxyName = ...,
+        seed: int = ...,
+        device: _DeviceName = ...,
+        history_precision: _PrecisionName = ...,
+    ) -> None: ...
+    def ask(self) -> NDArray[np.float32]: ...
+    def tell(self, grads: ArrayLike, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo: ...
+    def set_gradient_oracle(
+        self, fn: Callable[[NDArray[np.float32]], tuple[float, ArrayLike]] | None
+    ) -> None: ...
+    def save(self, path: _Path) -> None: ...
+    @staticmethod
+    def load(path: _Path, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None) -> OptEx: ...
+    @property
+    def x(self) -> NDArray[np.float32]: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def parallelism(self) -> int: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def evaluations(self) -> int: ...
+    @property
+    def lengthscale(self) -> float: ...
+    @property
+    def pending(self) -> bool: ...
+    @property
+    def options(self) -> Options: ...
+    @property
+    def optimizer(self) -> _Optimizer: ...
+    @property
+    def seeds(self) -> NDArray[np.uint64]: ...
+    def predicted_gradient(self, i: int) -> NDArray[np.float32]: ...

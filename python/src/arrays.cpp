@@ -1,0 +1,128 @@
+#include "arrays.hpp"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+namespace optex::python {
+namespace {
+
+std::string location(std::size_t index, std::size_t columns) {
+  if (columns == 0) return "element " + std::to_string(index);
+  return "row " + std::to_string(index / columns) + ", column " + std::to_string(index % columns);
+}
+
+[[noreturn]] void reject_value(const char* name, std::size_t index, std::size_t columns,
+                               double value, const char* hint) {
+  // The shortest text that reads back as the value, as Python's repr writes it.
+  std::array<char, 32> text{};
+  const auto written = std::to_chars(text.data(), text.data() + text.size(), value);
+  std::string msg = std::string(name) + ": " + location(index, columns) + " is " +
+                    std::string(text.data(), written.ptr);
+  if (std::isfinite(value)) msg += ", outside the float32 range";
+  throw std::invalid_argument(msg + " (must be finite" + hint + ")");
+}
+
+template <class T>
+void require_finite_impl(std::span<const T> values, const char* name, std::size_t columns,
+                         const char* hint) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) reject_value(name, i, columns, values[i], hint);
+  }
+}
+
+// As Python writes a tuple of ints: "(4, 10)", "(3,)", "()".
+std::string tuple_string(const std::vector<std::size_t>& values) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(values[i]);
+  }
+  if (values.size() == 1) out += ",";
+  out += ")";
+  return out;
+}
+
+}  // namespace
+
+py::array float_array(py::handle obj, const char* name) {
+  const py::module_ numpy = py::module_::import("numpy");
+  py::object converted;
+  try {
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+      converted = numpy.attr("asarray")(obj, py::arg("dtype") = "float64");
+    } else {
+      converted = numpy.attr("asarray")(obj);
+    }
+  } catch (py::error_already_set& e) {
+    const std::string msg = std::string(name) + ": cannot be converted to a float array";
+    py::raise_from(e, PyExc_ValueError, msg.c_str());
+    throw py::error_already_set();
+  }
+  auto a = py::reinterpret_borrow<py::array>(converted);
+  if (!py::isinstance<py::array_t<float>>(a) && !py::isinstance<py::array_t<double>>(a)) {
+    throw std::invalid_argument(std::string(name) + ": dtype " +
+                                py::str(a.dtype()).cast<std::string>() +
+                                " is not supported: pass float32 or float64 (for example " + name +
+                                ".astype(numpy.float32))");
+  }
+  return a;
+}
+
+bool is_float32(const py::array& a) { return py::isinstance<py::array_t<float>>(a); }
+
+std::string shape_string(const py::array& a) {
+  std::vector<std::size_t> shape;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) shape.push_back(static_cast<std::size_t>(a.shape(i)));
+  return tuple_string(shape);
+}
+
+void require_shape(const py::array& a, const char* name,
+                   std::initializer_list<std::size_t> expected) {
+  bool same = static_cast<std::size_t>(a.ndim()) == expected.size();
+  py::ssize_t axis = 0;
+  for (const std::size_t extent : expected) {
+    if (!same) break;
+    same = static_cast<std::size_t>(a.shape(axis++)) == extent;
+  }
+  if (same) return;
+  std::vector<std::size_t> want(expected);
+  throw std::invalid_argument(std::string(name) + ": expected shape " + tuple_string(want) +
+                              ", got " + shape_string(a));
+}
+
+void require_c_contiguous(const py::array& a, const char* name) {
+  if (a.flags() & py::array::c_style) return;
+  std::vector<std::size_t> strides;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i)
+    strides.push_back(static_cast<std::size_t>(a.strides(i)));
+  throw std::invalid_argument(std::string(name) + ": the array is not C-contiguous (strides " +
+                              tuple_string(strides) + "); pass numpy.ascontiguousarray(" + name +
+                              ")");
+}
+
+void require_finite(std::span<const float> values, const char* name, std::size_t columns,
+                    const char* hint) {
+  require_finite_impl(values, name, columns, hint);
+}
+
+void require_finite(std::span<const double> values, const char* name, std::size_t columns,
+                    const char* hint) {
+  require_finite_impl(values, name, columns, hint);
+}
+
+void round_to_float32(std::span<const double> src, std::span<float> dst, const char* name,
+                      std::size_t columns, bool check_finite, const char* hint) {
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    dst[i] = static_cast<float>(src[i]);
+    if (check_finite && !std::isfinite(dst[i])) reject_value(name, i, columns, src[i], hint);
+  }
+}
+
+void widen_to_float64(std::span<const float> src, std::span<double> dst) {
+  for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
+}
+
+}  // namespace optex::python

@@ -1,0 +1,494 @@
+// optex.OptEx: the ask/tell engine, and optex.IterationInfo.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "names.hpp"
+#include "optex/engine.hpp"
+#include "optimizers.hpp"
+#include "options.hpp"
+
+namespace optex::python {
+namespace {
+
+// What tell() reports: IterationInfo without its iterate view (the engine's
+// `x` is the iterate, as a copy).
+struct Info {
+  std::int64_t iteration;
+  std::int64_t evaluations;
+  double loss;
+  double best_loss;
+  double grad_norm;
+  double cosine;
+  double lengthscale;
+  int committed_point;
+  int dropped;
+
+  explicit Info(const IterationInfo& i)
+      : iteration(i.iteration),
+        evaluations(i.evaluations),
+        loss(i.loss),
+        best_loss(i.best_loss),
+        grad_norm(i.grad_norm),
+        cosine(i.cosine),
+        lengthscale(i.lengthscale),
+        committed_point(i.committed_point),
+        dropped(i.dropped) {}
+};
+
+// The Python object's C++ side. The engine is never replaced for the object's
+// lifetime: the arrays ask() returns point into its batch.
+class PyOptEx {
+ public:
+  explicit PyOptEx(Engine engine) : engine_(std::move(engine)) {}
+
+  Engine& engine() { return engine_; }
+
+  // An Engine is not thread-safe, and ask(), tell(), save() and the gradient
+  // oracle run with the GIL released: a second thread calling into the same
+  // object meanwhile gets a RuntimeError instead of a data race. `busy_` is
+  // only read and written with the GIL held.
+  void check_idle(const char* what) const {
+    if (busy_) {
+      throw std::runtime_error(std::string(what) +
+                               ": this OptEx is busy in another call (ask, tell, save or the "
+                               "gradient oracle); an OptEx must not be used from two threads "
+                               "at once");
+    }
+  }
+
+  class Exclusive {
+   public:
+    Exclusive(PyOptEx& owner, const char* what) : owner_(owner) {
+      owner_.check_idle(what);
+      owner_.busy_ = true;
+    }
+    ~Exclusive() { owner_.busy_ = false; }
+    Exclusive(const Exclusive&) = delete;
+    Exclusive& operator=(const Exclusive&) = delete;
+
+   private:
+    PyOptEx& owner_;
+  };
+
+  // Reads with the object idle.
+  const Engine& idle_engine(const char* what) const {
+    check_idle(what);
+    return engine_;
+  }
+
+ private:
+  Engine engine_;
+  bool busy_ = false;
+};
+
+constexpr const char* kTellHint = "; pass drop_nonfinite=True to let the engine drop such points";
+
+std::vector<float> start_point(py::handle x0) {
+  py::array a = float_array(x0, "x0");
+  if (a.ndim() != 1) {
+    throw std::invalid_argument("x0: expected a 1-D array of shape (d,), got shape " +
+                                shape_string(a));
+  }
+  if (a.size() == 0) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
+  a = py::module_::import("numpy").attr("ascontiguousarray")(a);
+  std::vector<float> x(static_cast<std::size_t>(a.size()));
+  if (is_float32(a)) {
+    const auto values = values_of<float>(a);
+    x.assign(values.begin(), values.end());
+    require_finite(x, "x0", 0, "");
+  } else {
+    round_to_float32(values_of<double>(a), x, "x0", 0, true, "");
+  }
+  return x;
+}
+
+std::string fspath(py::handle path) {
+  return py::module_::import("os").attr("fsdecode")(path).cast<std::string>();
+}
+
+std::runtime_error no_pending_batch(const char* what, const Engine& e) {
+  return std::runtime_error(std::string(what) + ": no pending batch (iteration " +
+                            std::to_string(e.iteration()) + "): call ask() first");
+}
+
+// The gradient oracle of proxy='target': fn(x) -> (loss, grad), called from
+// inside ask() with the GIL taken back. x is a float32 copy of the point.
+GradientOracle python_oracle(py::object fn, std::size_t dim) {
+  return [fn = std::move(fn), dim](std::span<const float> x, std::span<float> g) -> double {
+    py::gil_scoped_acquire gil;
+    py::array_t<float> point(static_cast<py::ssize_t>(x.size()));
+    std::copy(x.begin(), x.end(), point.mutable_data());
+    const py::object result = fn(point);
+    if (!py::isinstance<py::tuple>(result) || py::len(result) != 2) {
+      throw py::type_error("gradient_oracle: must return a tuple (loss, grad), got " +
+                           py::repr(result).cast<std::string>());
+    }
+    const double loss = result[py::int_(0)].cast<double>();
+    py::array grad = float_array(result[py::int_(1)], "gradient_oracle's grad");
+    require_shape(grad, "gradient_oracle's grad", {dim});
+    grad = py::module_::import("numpy").attr("ascontiguousarray")(grad);
+    if (is_float32(grad)) {
+      const auto values = values_of<float>(grad);
+      std::copy(values.begin(), values.end(), g.begin());
+    } else {
+      // Non-finite values are the engine's to refuse (a RuntimeError naming the oracle).
+      round_to_float32(values_of<double>(grad), g, "gradient_oracle's grad", 0, false, "");
+    }
+    return loss;
+  };
+}
+
+Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_nonfinite) {
+  PyOptEx::Exclusive busy(self, "tell");
+  Engine& engine = self.engine();
+  if (!engine.pending()) {
+    throw std::runtime_error("tell: no pending batch (iteration " +
+                             std::to_string(engine.iteration()) +
+                             "): call ask() first; tell() commits each batch once");
+  }
+  const auto n = static_cast<std::size_t>(engine.options().parallelism);
+  const std::size_t d = engine.dim();
+  const py::array grads = float_array(grads_arg, "grads");
+  require_shape(grads, "grads", {n, d});
+  require_c_contiguous(grads, "grads");
+  const py::array losses = float_array(losses_arg, "losses");
+  require_shape(losses, "losses", {n});
+  require_c_contiguous(losses, "losses");
+
+  const bool check = !drop_nonfinite;
+  Batch& batch = engine.ask();  // the pending batch: no work
+  py::gil_scoped_release release;
+  std::span<const float> g;
+  if (is_float32(grads)) {
+    g = values_of<float>(grads);
+    if (check) require_finite(g, "grads", d, kTellHint);
+  } else {
+    // Rounded straight into the batch's gradient rows, which tell() accepts in place.
+    const std::span<float> rows = batch.grads();
+    round_to_float32(values_of<double>(grads), rows, "grads", d, check, kTellHint);
+    g = rows;
+  }
+  std::vector<double> widened;
+  std::span<const double> l;
+  if (is_float32(losses)) {
+    widened.resize(n);
+    widen_to_float64(values_of<float>(losses), widened);
+    l = widened;
+  } else {
+    l = values_of<double>(losses);
+  }
+  if (check) require_finite(l, "losses", 0, kTellHint);
+  return Info(engine.tell(g, l));
+}
+
+py::array ask(const py::object& self_obj) {
+  auto& self = self_obj.cast<PyOptEx&>();
+  const float* data = nullptr;
+  std::size_t n = 0;
+  std::size_t d = 0;
+  {
+    PyOptEx::Exclusive busy(self, "ask");
+    py::gil_scoped_release release;
+    const Batch& batch = self.engine().ask();
+    data = batch.points().data();  // on a device engine: the batch's host copy, made now
+    n = static_cast<std::size_t>(batch.size());
+    d = batch.dim();
+  }
+  // A view of the batch's rows whose base is this OptEx: no copy, and the
+  // engine outlives the array. Read-only, because the engine's proxy
+  // trajectory (and, on a device, the device rows) would no longer match a
+  // point changed through it.
+  py::array_t<float> view({n, d}, {d * sizeof(float), sizeof(float)}, data, self_obj);
+  view.attr("setflags")(py::arg("write") = false);
+  return view;
+}
+
+template <class T>
+py::array_t<T> copy_of(std::span<const T> values) {
+  py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), out.mutable_data());
+  return out;
+}
+
+void register_info(py::module_& m) {
+  py::class_<Info> cls(m, "IterationInfo", py::is_final(),
+                       R"doc(What OptEx.tell() reports about the iteration it committed (read-only).
+)doc");
+  exported_from(cls, "optex");
+  cls.def_readonly("iteration", &Info::iteration,
+                   "Iterations committed so far (1 after the first tell).");
+  cls.def_readonly("evaluations", &Info::evaluations, "True gradient evaluations so far.");
+  cls.def_readonly("loss", &Info::loss,
+                   "Loss at the point the commit stepped from (the last finite one).");
+  cls.def_readonly("best_loss", &Info::best_loss, "Lowest finite loss of the batch.");
+  cls.def_readonly("grad_norm", &Info::grad_norm,
+                   "Euclidean norm of the gradient the commit stepped with.");
+  cls.def_readonly("cosine", &Info::cosine,
+                   "Mean cosine between predicted and true gradient over the proxy points that "
+                   "had a real prediction; nan when none had (N = 1, warm-up).");
+  cls.def_readonly("lengthscale", &Info::lengthscale,
+                   "The lengthscale this iteration's proxy steps used.");
+  cls.def_readonly("committed_point", &Info::committed_point,
+                   "Index of the point the commit stepped from (N-1 unless points were dropped).");
+  cls.def_readonly("dropped", &Info::dropped,
+                   "Pairs with a non-finite gradient or loss, kept out of the history.");
+  cls.def("__repr__", [](const Info& i) {
+    return py::str(
+               "IterationInfo(iteration={!r}, evaluations={!r}, loss={!r}, best_loss={!r}, "
+               "grad_norm={!r}, cosine={!r}, lengthscale={!r}, committed_point={!r}, "
+               "dropped={!r})")
+        .format(i.iteration, i.evaluations, i.loss, i.best_loss, i.grad_norm, i.cosine,
+                i.lengthscale, i.committed_point, i.dropped);
+  });
+}
+
+void register_optex(py::module_& m) {
+  py::class_<PyOptEx> cls(
+      m, "OptEx", py::is_final(),
+      R"doc(The OptEx engine as ask/tell: you evaluate the N points of each iteration
+wherever you like, the engine does the mathematics (DESIGN.md section 2).
+
+    opt = optex.OptEx(x0, optimizer=optex.Adam(lr=1e-2), parallelism=4)
+    for _ in range(iterations):
+        points = opt.ask()                        # (N, d) float32, read-only view
+        losses, grads = problem.value_and_grad(points)
+        info = opt.tell(grads, losses)            # commit: iterate, history, state
+    x = opt.x
+
+x0 is a 1-D float32 or float64 array-like (converted to float32; the engine
+works in float32). optimizer is an optex.Sgd, optex.Adam or optex.AdamW
+(default: optex.Adam(), lr 1e-3 as torch.optim.Adam). options is an
+optex.Options (default: Options()); keyword arguments override its fields,
+e.g. OptEx(x0, parallelism=8, history=64, device="cuda").
+
+Errors: bad input raises ValueError naming the argument and the value (x0,
+options, optimizer hyperparameters, grads, losses, unknown names); misuse of
+the protocol (tell without ask, save between ask and tell) raises
+RuntimeError. The engine is unchanged after any error.
+
+Not thread-safe: call one method at a time (a concurrent call from another
+thread raises RuntimeError). ask(), tell(), save() and load() release the GIL
+while the engine works.
+)doc");
+  exported_from(cls, "optex");
+  // The signatures are written out in the docstrings: pybind11 would show the
+  // array-like and optional arguments as `object`.
+  py::options written_signatures;
+  written_signatures.disable_function_signatures();
+  cls.def(py::init([](py::handle x0, py::handle optimizer, py::handle options,
+                      const py::kwargs& option_kwargs) {
+            std::vector<float> start = start_point(x0);
+            const Optimizer opt = optimizer.is_none()
+                                      ? Optimizer(Adam{})
+                                      : optimizer_from_python(optimizer, "optimizer");
+            Options o;
+            if (!options.is_none()) {
+              if (!py::isinstance<Options>(options)) {
+                throw py::type_error(
+                    "options: expected optex.Options or None, got " +
+                    py::str(py::type::of(options).attr("__name__")).cast<std::string>());
+              }
+              o = options.cast<Options>();
+            }
+            for (const auto& [key, value] : option_kwargs) {
+              const auto name = key.cast<std::string>();
+              if (!set_option_field(o, name, value)) {
+                throw py::type_error("OptEx() got an unexpected keyword argument '" + name +
+                                     "' (neither x0, optimizer, options nor a field of "
+                                     "optex.Options)");
+              }
+            }
+            std::unique_ptr<PyOptEx> made;
+            {
+              py::gil_scoped_release release;
+              made = std::make_unique<PyOptEx>(Engine(start, opt, o));
+            }
+            return made;
+          }),
+          py::arg("x0"), py::arg("optimizer") = py::none(), py::arg("options") = py::none(),
+          "__init__(self, x0: ArrayLike, optimizer: Sgd | Adam | AdamW | None = None, options: "
+          "Options | None = None, **option_kwargs) -> None\n\nSee the class documentation; "
+          "option_kwargs are fields of optex.Options.");
+
+  cls.def("ask", &ask, R"doc(ask(self) -> numpy.ndarray
+
+The N points of this iteration: an (N, d) float32 array.
+
+The array is a read-only VIEW of the engine's batch, not a copy: calling ask()
+again before tell() returns the same points, and after tell() the next ask()
+rewrites the same memory in place (the engine stays alive while the array
+does). Writing to it is refused, because the engine's proxy trajectory would no
+longer match the points. Copy it (np.array(points)) to keep the points of an
+iteration.
+)doc");
+  cls.def(
+      "tell", &tell, py::arg("grads"), py::arg("losses"), py::kw_only(),
+      py::arg("drop_nonfinite") = false,
+      R"doc(tell(self, grads: ArrayLike, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo
+
+Commits the batch of the last ask(): grads (N, d) and losses (N,) at its points.
+
+Both are float32 or float64 array-likes (lists are converted; numpy arrays
+must be C-contiguous and of one of those dtypes); gradients are rounded to
+float32. A non-finite gradient or loss raises ValueError naming its row and
+column, unless drop_nonfinite=True: then the engine keeps such pairs out of the
+history and commits from the last finite point (RuntimeError if none is
+finite). Returns an optex.IterationInfo. The engine is unchanged after any
+error, and the batch stays pending.
+)doc");
+  cls.def(
+      "set_gradient_oracle",
+      [](PyOptEx& self, py::object fn) {
+        PyOptEx::Exclusive busy(self, "set_gradient_oracle");
+        if (fn.is_none()) {
+          self.engine().set_gradient_oracle({});
+          return;
+        }
+        if (!PyCallable_Check(fn.ptr())) {
+          throw py::type_error("fn: expected a callable or None, got " +
+                               py::str(py::type::of(fn).attr("__name__")).cast<std::string>());
+        }
+        self.engine().set_gradient_oracle(python_oracle(std::move(fn), self.engine().dim()));
+      },
+      py::arg("fn"),
+      R"doc(set_gradient_oracle(self, fn: Callable[[numpy.ndarray], tuple[float, ArrayLike]] | None) -> None
+
+The true gradient for proxy='target', whose proxy steps are true sequential
+steps (the upper bound OptEx is compared against): fn(x) -> (loss, grad) with x
+a float32 (d,) array, grad a float32 or float64 (d,) array-like. fn is called
+from inside ask(). None removes it. Not needed for proxy='gp'.
+)doc");
+
+  cls.def(
+      "save",
+      [](PyOptEx& self, py::handle path) {
+        const std::string p = fspath(path);
+        PyOptEx::Exclusive busy(self, "save");
+        py::gil_scoped_release release;
+        self.engine().save(p);
+      },
+      py::arg("path"), R"doc(save(self, path: str | os.PathLike) -> None
+
+Writes a checkpoint (the C++ Engine::save format): options, optimizer, iterate,
+optimizer state, history, lengthscale, random state and counters. A run loaded
+from it continues bit for bit. path is a str or os.PathLike. Raises
+RuntimeError between ask() and tell().
+)doc");
+  cls.def_static(
+      "load",
+      [](py::handle path, const std::optional<std::string>& device,
+         const std::optional<std::string>& history_precision) {
+        const std::string p = fspath(path);
+        std::optional<Device> dev;
+        if (device) dev = parse_device("device", *device);
+        std::optional<Precision> precision;
+        if (history_precision) {
+          precision = parse_name<Precision>("history_precision", *history_precision);
+        }
+        std::unique_ptr<PyOptEx> made;
+        {
+          py::gil_scoped_release release;
+          made = std::make_unique<PyOptEx>(Engine::load(p, dev, precision));
+        }
+        return made;
+      },
+      py::arg("path"), py::arg("device") = py::none(), py::arg("history_precision") = py::none(),
+      R"doc(load(path: str | os.PathLike, device: str | None = None, history_precision: str | None = None) -> OptEx
+
+Resumes a checkpoint written by save() (or by the C++ Engine::save). device
+('cpu', 'cuda', 'cuda:<index>') moves the run to another device and
+history_precision ('fp32', 'bf16', 'bf16_gradients') changes the history's
+storage; without them the run resumes as saved. Raises RuntimeError for a
+missing, truncated, corrupted or foreign file. A gradient oracle is not part of
+a checkpoint: set it again.
+)doc");
+
+  cls.def_property_readonly(
+      "x", [](const PyOptEx& self) { return copy_of(self.idle_engine("x").iterate()); },
+      "The current iterate: a float32 (d,) copy.");
+  cls.def_property_readonly(
+      "dim", [](const PyOptEx& self) { return self.idle_engine("dim").dim(); },
+      "d, the dimension of x.");
+  cls.def_property_readonly(
+      "parallelism",
+      [](const PyOptEx& self) { return self.idle_engine("parallelism").options().parallelism; },
+      "N, the number of points of each iteration.");
+  cls.def_property_readonly(
+      "iteration", [](const PyOptEx& self) { return self.idle_engine("iteration").iteration(); },
+      "Iterations committed so far.");
+  cls.def_property_readonly(
+      "evaluations",
+      [](const PyOptEx& self) { return self.idle_engine("evaluations").evaluations(); },
+      "True gradient evaluations so far.");
+  cls.def_property_readonly(
+      "lengthscale",
+      [](const PyOptEx& self) { return self.idle_engine("lengthscale").lengthscale(); },
+      "The kernel lengthscale the engine uses now.");
+  cls.def_property_readonly(
+      "pending", [](const PyOptEx& self) { return self.idle_engine("pending").pending(); },
+      "True between ask() and tell().");
+  cls.def_property_readonly(
+      "options", [](const PyOptEx& self) { return self.idle_engine("options").options(); },
+      "A copy of the engine's optex.Options (changing it does not change the engine).");
+  cls.def_property_readonly(
+      "optimizer",
+      [](const PyOptEx& self) {
+        return optimizer_to_python(self.idle_engine("optimizer").optimizer());
+      },
+      "A copy of the base optimizer (optex.Sgd, optex.Adam or optex.AdamW).");
+  cls.def_property_readonly(
+      "seeds",
+      [](PyOptEx& self) {
+        const Engine& e = self.idle_engine("seeds");
+        if (!e.pending()) throw no_pending_batch("seeds", e);
+        const Batch& batch = self.engine().ask();  // the pending batch: no work
+        std::vector<std::uint64_t> seeds(static_cast<std::size_t>(batch.size()));
+        for (int i = 0; i < batch.size(); ++i) seeds[static_cast<std::size_t>(i)] = batch.seed(i);
+        return copy_of<std::uint64_t>(seeds);
+      },
+      R"doc(The seeds of the pending batch's points, a uint64 (N,) array: give point i's
+own randomness (minibatch, episodes) seed i, and a run is reproducible.
+RuntimeError without a pending ask().
+)doc");
+  cls.def(
+      "predicted_gradient",
+      [](PyOptEx& self, int i) {
+        const Engine& e = self.idle_engine("predicted_gradient");
+        if (!e.pending()) throw no_pending_batch("predicted_gradient", e);
+        return copy_of(self.engine().ask().predicted_gradient(i));
+      },
+      py::arg("i"), R"doc(predicted_gradient(self, i: int) -> numpy.ndarray
+
+The gradient the proxy step from point i used (0 <= i < N-1), a float32 (d,)
+copy; zeros where nothing was predicted (warm-up). IndexError outside that
+range, RuntimeError without a pending ask().
+)doc");
+  cls.def("__repr__", [](const PyOptEx& self) {
+    const Engine& e = self.idle_engine("repr");
+    return py::str(
+               "OptEx(dim={}, parallelism={}, iteration={}, pending={}, device={!r}, "
+               "optimizer={!r})")
+        .format(e.dim(), e.options().parallelism, e.iteration(), e.pending(), e.device().name(),
+                optimizer_to_python(e.optimizer()));
+  });
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  register_info(m);
+  register_optex(m);
+}
+
+}  // namespace optex::python

@@ -1,0 +1,24 @@
+// The extension module optex._optex; the `optex` package re-exports it.
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "optex/device.hpp"
+#include "optex/version.hpp"
+
+PYBIND11_MODULE(_optex, m) {
+  namespace py = pybind11;
+  using namespace optex::python;
+  m.doc() = "The compiled core of the optex package; import optex instead.";
+  m.attr("__version__") = OPTEX_VERSION_STRING;
+  m.def("built_with_cuda", &optex::built_with_cuda,
+        "True when this build of optex contains the CUDA backend (device='cuda').");
+  m.def("cuda_device_count", &optex::cuda_device_count,
+        "The number of CUDA devices this process can use; 0 without the CUDA backend, a driver "
+        "or a device.");
+  // Classes before the functions whose signatures name them.
+  register_optimizers(m);
+  register_options(m);
+  register_engine(m);
+  py::module_ problems = m.def_submodule("problems", "The shipped test problems.");
+  register_problems(problems);
+}

@@ -1,0 +1,276 @@
+#include "options.hpp"
+
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "names.hpp"
+
+namespace optex::python {
+namespace {
+
+std::string type_name(py::handle value) {
+  return py::str(py::type::of(value).attr("__name__")).cast<std::string>();
+}
+
+// Python ints (and numpy integers, through __index__); bool and float are
+// refused, as Python's own int-only arguments refuse them.
+long long to_integer(py::handle value, const char* name) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(std::string(name) + ": expected an int, got " + type_name(value));
+  }
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    throw std::invalid_argument(std::string(name) + ": " + py::str(value).cast<std::string>() +
+                                " is out of range");
+  }
+  return v;
+}
+
+int to_int(py::handle value, const char* name) {
+  const long long v = to_integer(value, name);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    throw std::invalid_argument(std::string(name) + ": " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<int>(v);
+}
+
+double to_double(py::handle value, const char* name) {
+  if (py::isinstance<py::str>(value) || py::isinstance<py::bytes>(value) ||
+      !(PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) ||
+        py::hasattr(value, "__float__"))) {
+    throw py::type_error(std::string(name) + ": expected a float, got " + type_name(value));
+  }
+  const double v = PyFloat_AsDouble(value.ptr());
+  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+std::string to_string(py::handle value, const char* name) {
+  if (!py::isinstance<py::str>(value)) {
+    throw py::type_error(std::string(name) + ": expected a str, got " + type_name(value));
+  }
+  return value.cast<std::string>();
+}
+
+std::uint64_t to_seed(py::handle value, const char* name) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(std::string(name) + ": expected an int, got " + type_name(value));
+  }
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  const unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw std::invalid_argument(std::string(name) + ": must be an integer in [0, 2**64), got " +
+                                py::str(value).cast<std::string>());
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+std::vector<double> to_double_list(py::handle value, const char* name) {
+  if (py::isinstance<py::str>(value) || !py::hasattr(value, "__iter__")) {
+    throw py::type_error(std::string(name) + ": expected a sequence of floats, got " +
+                         type_name(value));
+  }
+  std::vector<double> out;
+  for (const py::handle item : value) out.push_back(to_double(item, name));
+  return out;
+}
+
+template <class E>
+E to_enum(py::handle value, const char* name) {
+  return parse_name<E>(name, to_string(value, name));
+}
+
+// Every field of optex::Options, in declaration order: the one list that
+// __init__'s keywords, the attributes, repr, equality and pickling share.
+struct Field {
+  const char* name;
+  const char* type;  // for the generated signature of Options(...)
+  py::object (*get)(const Options&);
+  void (*set)(Options&, py::handle);
+  const char* doc;
+};
+
+const std::array<Field, 14> kFields{{
+    {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
+     [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
+     "N: points evaluated per iteration, one per worker (>= 1)."},
+    {"history", "int", [](const Options& o) -> py::object { return py::int_(o.history); },
+     [](Options& o, py::handle v) { o.history = to_int(v, "history"); },
+     "T0: how many (point, gradient) pairs the estimator keeps, in [1, 4096]."},
+    {"kernel", "str", [](const Options& o) -> py::object { return py::str(name_of(o.kernel)); },
+     [](Options& o, py::handle v) { o.kernel = to_enum<Kernel>(v, "kernel"); },
+     "Covariance kernel: 'matern12', 'matern32', 'matern52' or 'rbf'."},
+    {"lengthscale", "float",
+     [](const Options& o) -> py::object { return py::float_(o.lengthscale); },
+     [](Options& o, py::handle v) { o.lengthscale = to_double(v, "lengthscale"); },
+     "Kernel lengthscale in the units of the scaled inputs (> 0); the starting value when "
+     "lengthscale_selection is not 'fixed'."},
+    {"noise", "float", [](const Options& o) -> py::object { return py::float_(o.noise); },
+     [](Options& o, py::handle v) { o.noise = to_double(v, "noise"); },
+     "sigma^2 added to the Gram matrix diagonal (>= 0)."},
+    {"input_scaling", "str",
+     [](const Options& o) -> py::object { return py::str(name_of(o.input_scaling)); },
+     [](Options& o, py::handle v) { o.input_scaling = to_enum<InputScaling>(v, "input_scaling"); },
+     "How points are scaled before the kernel sees them: 'none' or 'reference_mean_sqrt_norm' "
+     "(the authors' code: divide by the mean over history of sqrt(||x_j||))."},
+    {"warmup", "str", [](const Options& o) -> py::object { return py::str(name_of(o.warmup)); },
+     [](Options& o, py::handle v) { o.warmup = to_enum<Warmup>(v, "warmup"); },
+     "What the proxy steps do while the history holds fewer than two points: 'zero_gradient' "
+     "(the reference) or 'last_gradient'."},
+    {"lengthscale_selection", "str",
+     [](const Options& o) -> py::object { return py::str(name_of(o.lengthscale_selection)); },
+     [](Options& o, py::handle v) {
+       o.lengthscale_selection = to_enum<LengthscaleSelection>(v, "lengthscale_selection");
+     },
+     "How the lengthscale is chosen: 'fixed', 'leave_one_out' or 'marginal_likelihood'."},
+    {"selection_interval", "int",
+     [](const Options& o) -> py::object { return py::int_(o.selection_interval); },
+     [](Options& o, py::handle v) { o.selection_interval = to_int(v, "selection_interval"); },
+     "Re-select the lengthscale every this many iterations (>= 1)."},
+    {"lengthscale_grid", "Sequence[float]",
+     [](const Options& o) -> py::object { return py::tuple(py::cast(o.lengthscale_grid)); },
+     [](Options& o, py::handle v) { o.lengthscale_grid = to_double_list(v, "lengthscale_grid"); },
+     "Candidate lengthscales as multiples of the median pairwise history distance (each > 0); "
+     "empty means the built-in grid."},
+    {"proxy", "str", [](const Options& o) -> py::object { return py::str(name_of(o.proxy)); },
+     [](Options& o, py::handle v) { o.proxy = to_enum<Proxy>(v, "proxy"); },
+     "What the proxy steps use as the gradient: 'gp' (OptEx), 'target' (true gradients from "
+     "the gradient oracle: the upper bound) or 'last_gradient' (an ablation)."},
+    {"seed", "int", [](const Options& o) -> py::object { return py::int_(o.seed); },
+     [](Options& o, py::handle v) { o.seed = to_seed(v, "seed"); },
+     "Drives the per-point seeds handed to stochastic objectives, in [0, 2**64)."},
+    {"device", "str", [](const Options& o) -> py::object { return py::str(o.device.name()); },
+     [](Options& o, py::handle v) { o.device = parse_device("device", to_string(v, "device")); },
+     "Where the iterate, optimizer state, history and batch rows live: 'cpu', 'cuda' or "
+     "'cuda:<index>' (read back as 'cpu' or 'cuda:<index>')."},
+    {"history_precision", "str",
+     [](const Options& o) -> py::object { return py::str(name_of(o.history_precision)); },
+     [](Options& o, py::handle v) {
+       o.history_precision = to_enum<Precision>(v, "history_precision");
+     },
+     "Storage of the history on a CUDA device: 'fp32', 'bf16' or 'bf16_gradients'."},
+}};
+
+py::dict state_of(const Options& o) {
+  py::dict state;
+  for (const Field& f : kFields) state[f.name] = f.get(o);
+  return state;
+}
+
+Options options_from_state(const py::dict& state) {
+  Options o;
+  for (const auto& [key, value] : state) {
+    const auto name = key.cast<std::string>();
+    if (!set_option_field(o, name, value)) {
+      throw std::invalid_argument("Options: no field named '" + name + "'");
+    }
+  }
+  o.validate();
+  return o;
+}
+
+}  // namespace
+
+bool set_option_field(Options& options, const std::string& name, py::handle value) {
+  for (const Field& f : kFields) {
+    if (name == f.name) {
+      f.set(options, value);
+      return true;
+    }
+  }
+  return false;
+}
+
+void register_options(py::module_& m) {
+  py::class_<Options> cls(m, "Options", py::is_final(),
+                          R"doc(Everything that configures an OptEx run besides the base optimizer.
+
+The defaults are the C++ optex::Options{} (the library's tuned defaults);
+Options.reference() gives the authors' reference semantics. Enumerations are
+strings: an unknown one raises ValueError listing the valid ones. Attributes
+can be read and set; every change is validated as a whole (ValueError names the
+field and its value) and a refused change leaves the object as it was. To
+change fields that depend on each other (device and history_precision), build
+a new Options with both keywords.
+)doc");
+  exported_from(cls, "optex");
+  {
+    // Keywords only, each converted by its field's setter, so that Options(...)
+    // and OptEx(x0, **fields) accept and refuse the same values with the same
+    // messages. The signature is written out from the field table and the
+    // C++ defaults instead of pybind11's generic (**kwargs).
+    static const std::string doc = [] {
+      const Options defaults;
+      std::string signature = "__init__(self, *";
+      for (const Field& f : kFields) {
+        signature += std::string(", ") + f.name + ": " + f.type + " = " +
+                     py::repr(f.get(defaults)).cast<std::string>();
+      }
+      return signature +
+             ") -> None\n\nEvery argument is keyword-only; the defaults are the C++ "
+             "optex::Options{}. Raises ValueError naming the first bad field, TypeError for a "
+             "value of the wrong type or an unknown keyword.";
+    }();
+    py::options written_signature;
+    written_signature.disable_function_signatures();
+    cls.def(
+        py::init([](const py::kwargs& fields) {
+          Options o;
+          for (const auto& [key, value] : fields) {
+            const auto name = key.cast<std::string>();
+            if (!set_option_field(o, name, value)) {
+              throw py::type_error("Options() got an unexpected keyword argument '" + name + "'");
+            }
+          }
+          o.validate();
+          return o;
+        }),
+        doc.c_str());
+  }
+  for (const Field& f : kFields) {
+    cls.def_property(
+        f.name, [get = f.get](const Options& o) { return get(o); },
+        [set = f.set](Options& o, py::handle value) {
+          Options changed = o;
+          set(changed, value);
+          changed.validate();
+          o = changed;
+        },
+        f.doc);
+  }
+  cls.def_static(
+      "reference", [](int parallelism) { return Options::reference(parallelism); },
+      // The C++ default argument of Options::reference.
+      py::arg("parallelism") = 5,
+      R"doc(The authors' reference semantics (optex_jax/OptEx_JAX.py): Matern-5/2,
+lengthscale 0.1 on inputs divided by the mean of sqrt(||x_j||), noise 1e-3,
+history 50, a zero predicted gradient before two history points exist, no
+lengthscale selection.
+)doc");
+  cls.def("__repr__", [](const Options& o) {
+    std::string out = "Options(";
+    for (std::size_t i = 0; i < kFields.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += std::string(kFields[i].name) + "=" + py::repr(kFields[i].get(o)).cast<std::string>();
+    }
+    return out + ")";
+  });
+  cls.def(
+      "__eq__", [](const Options& a, const Options& b) { return state_of(a).equal(state_of(b)); },
+      py::is_operator());
+  cls.def(py::pickle([](const Options& o) { return state_of(o); },
+                     [](const py::dict& state) { return options_from_state(state); }));
+}
+
+}  // namespace optex::python

@@ -1,0 +1,88 @@
+"""Shared helpers of the Python tests.
+
+The bit-for-bit comparisons run the C++ reference program
+(tests/python/reference_trajectory.cpp, target optex_reference_trajectory)
+named by the environment variable OPTEX_REFERENCE_TRAJECTORY; ctest and
+scripts/test.sh set it. Without it those tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optex
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def float_hex(values: np.ndarray) -> str:
+    """The reference program's spelling of a float32 array: 8 hex digits per element."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return "".join(f"{b:08x}" for b in bits.tolist())
+
+
+def double_hex(value: float) -> str:
+    """16 hex digits of a float64's bits."""
+    (bits,) = np.array([value], dtype=np.float64).view(np.uint64).tolist()
+    return f"{bits:016x}"
+
+
+def parse_floats(text: str) -> np.ndarray:
+    """The inverse of float_hex."""
+    words = [int(text[i : i + 8], 16) for i in range(0, len(text), 8)]
+    return np.array(words, dtype=np.uint32).view(np.float32)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Runs the C++ reference program."""
+
+    path: str
+
+    def run(self, mode: str, **args: object) -> list[dict[str, str]]:
+        """One dict per output line, key=value fields."""
+        command = [self.path, mode] + [f"{k}={v}" for k, v in args.items()]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, f"{command} failed: {done.stderr}"
+        return [dict(field.split("=", 1) for field in line.split()) for line in done.stdout.splitlines()]
+
+
+@pytest.fixture(scope="session")
+def reference() -> Reference:
+    path = os.environ.get("OPTEX_REFERENCE_TRAJECTORY")
+    if not path:
+        pytest.skip(
+            "OPTEX_REFERENCE_TRAJECTORY is not set: build the C++ reference program "
+            "(target optex_reference_trajectory, with -DOPTEX_BUILD_TESTS=ON) and point "
+            "the variable at it (ctest and scripts/test.sh do)"
+        )
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"OPTEX_REFERENCE_TRAJECTORY={path} is not an executable file")
+    return Reference(path)
+
+
+def snapshot(opt: optex.OptEx) -> tuple:
+    """Everything observable that an error must leave unchanged."""
+    return (
+        float_hex(opt.x),
+        opt.iteration,
+        opt.evaluations,
+        opt.pending,
+        double_hex(opt.lengthscale),
+    )
+
+
+def run_iterations(opt: optex.OptEx, problem: optex.problems.Problem, iterations: int) -> list:
+    """Plain ask/tell with the problem's gradients; returns the infos."""
+    infos = []
+    for _ in range(iterations):
+        points = opt.ask()
+        losses, grads = problem.value_and_grad(points)
+        infos.append(opt.tell(grads, losses))
+    return infos

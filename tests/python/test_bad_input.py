@@ -1,0 +1,282 @@
+"""Every bad input raises an exception naming the argument and leaves the engine unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import snapshot
+
+import optex
+from optex import problems
+
+
+def started(n: int = 3, d: int = 5, iterations: int = 2) -> optex.OptEx:
+    """An engine some iterations in, with a pending batch."""
+    f = problems.Rosenbrock()
+    opt = optex.OptEx(f.standard_start(d), optimizer=optex.Adam(lr=0.02), parallelism=n)
+    for _ in range(iterations):
+        points = opt.ask()
+        losses, grads = f.value_and_grad(points)
+        opt.tell(grads, losses)
+    opt.ask()
+    return opt
+
+
+# ---- x0 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("x0", "error", "message"),
+    [
+        (np.zeros((2, 3)), ValueError, r"x0: expected a 1-D array of shape \(d,\), got shape \(2, 3\)"),
+        (np.float64(1.0), ValueError, r"x0: expected a 1-D array.*got shape \(\)"),
+        (np.zeros(0), ValueError, "x0: dimension must be >= 1, got 0"),
+        ([], ValueError, "x0: dimension must be >= 1, got 0"),
+        (np.array([0.0, np.nan, 1.0]), ValueError, "x0: element 1 is nan"),
+        (np.array([0.0, 1.0, -np.inf], dtype=np.float32), ValueError, "x0: element 2 is -inf"),
+        (np.array([1e300]), ValueError, "x0: element 0 is 1e\\+300, outside the float32 range"),
+        (np.arange(3), ValueError, "x0: dtype int64 is not supported"),
+        (np.zeros(3, dtype=np.float16), ValueError, "x0: dtype float16 is not supported"),
+        (np.zeros(3, dtype=complex), ValueError, "x0: dtype complex128 is not supported"),
+        (["a", "b"], ValueError, "x0: cannot be converted to a float array"),
+    ],
+)
+def test_bad_x0(x0, error, message) -> None:
+    with pytest.raises(error, match=message):
+        optex.OptEx(x0)
+
+
+def test_x0_conversions() -> None:
+    # Lists of ints are fine (a list has no dtype); strided arrays are fine for x0 (copied once).
+    assert np.array_equal(optex.OptEx([1, 2, 3]).x, [1, 2, 3])
+    strided = np.arange(10, dtype=np.float64)[::2]
+    assert np.array_equal(optex.OptEx(strided).x, strided.astype(np.float32))
+    assert optex.OptEx(np.array([0.1])).x.dtype == np.float32
+
+
+# ---- options and optimizers --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(parallelism=0), "parallelism: must be >= 1, got 0"),
+        (dict(history=0), r"history: must be in \[1, 4096\], got 0"),
+        (dict(history=5000), r"history: must be in \[1, 4096\], got 5000"),
+        (dict(lengthscale=-1.0), "lengthscale: must be finite and > 0, got -1"),
+        (dict(noise=float("nan")), "noise: must be finite and >= 0, got nan"),
+        (dict(selection_interval=0), "selection_interval: must be >= 1, got 0"),
+        (dict(lengthscale_grid=[1.0, -2.0]), "lengthscale_grid: must be finite and > 0, got -2"),
+        (dict(kernel="gaussian"), "kernel: unknown value 'gaussian' \\(expected 'matern12', "
+                                  "'matern32', 'matern52' or 'rbf'\\)"),
+        (dict(proxy="oracle"), "proxy: unknown value 'oracle' \\(expected 'gp', 'target' or "
+                               "'last_gradient'\\)"),
+        (dict(input_scaling="unit"), "input_scaling: unknown value 'unit'"),
+        (dict(warmup="none"), "warmup: unknown value 'none'"),
+        (dict(lengthscale_selection="loo"), "lengthscale_selection: unknown value 'loo'"),
+        (dict(history_precision="fp16"), "history_precision: unknown value 'fp16'"),
+        (dict(history_precision="bf16"), "history_precision: bf16 storage is available on CUDA "
+                                         "devices only"),
+        (dict(device="gpu"), "device: unknown device 'gpu' \\(expected 'cpu', 'cuda' or "
+                             "'cuda:<index>'\\)"),
+        (dict(device="cuda:-1"), "device: unknown device 'cuda:-1'"),
+        (dict(device="cuda:x"), "device: unknown device 'cuda:x'"),
+        (dict(seed=-1), r"seed: must be an integer in \[0, 2\*\*64\), got -1"),
+        (dict(seed=2**64), r"seed: must be an integer in \[0, 2\*\*64\)"),
+        (dict(parallelism=2**40), "parallelism: 1099511627776 is out of range"),
+    ],
+)
+def test_bad_options(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        optex.OptEx(np.zeros(3), **kwargs)
+    with pytest.raises(ValueError, match=message):
+        optex.Options(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(parallelism=2.0), "parallelism: expected an int, got float"),
+        (dict(parallelism=True), "parallelism: expected an int, got bool"),
+        (dict(lengthscale="0.1"), "lengthscale: expected a float, got str"),
+        (dict(kernel=3), "kernel: expected a str, got int"),
+        (dict(lengthscale_grid=1.0), "lengthscale_grid: expected a sequence of floats, got float"),
+        (dict(learning_rate=0.1), "got an unexpected keyword argument 'learning_rate'"),
+    ],
+)
+def test_option_keywords_of_the_wrong_type(kwargs, message) -> None:
+    with pytest.raises(TypeError, match=message):
+        optex.OptEx(np.zeros(3), **kwargs)
+    with pytest.raises(TypeError, match=message.replace("OptEx", "Options")):
+        optex.Options(**kwargs)
+
+
+def test_options_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError, match="options: expected optex.Options or None, got dict"):
+        optex.OptEx(np.zeros(3), options={"parallelism": 2})
+    with pytest.raises(TypeError, match="optimizer: expected optex.Sgd, optex.Adam or optex.AdamW, got str"):
+        optex.OptEx(np.zeros(3), optimizer="adam")
+
+
+def test_cuda_device_on_a_build_or_machine_without_one() -> None:
+    if optex.cuda_device_count() > 0:
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(ValueError, match="device: cuda:0"):
+        optex.OptEx(np.zeros(3), device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: optex.Sgd(lr=0.0), "lr: must be finite and > 0, got 0"),
+        (lambda: optex.Sgd(lr=float("inf")), "lr: must be finite and > 0, got inf"),
+        (lambda: optex.Sgd(momentum=1.0), r"momentum: must be in \[0, 1\), got 1"),
+        (lambda: optex.Sgd(nesterov=True), "momentum: must be > 0 when nesterov is set, got 0"),
+        (lambda: optex.Sgd(weight_decay=-1.0), "weight_decay: must be finite and >= 0, got -1"),
+        (lambda: optex.Adam(lr=-1e-3), "lr: must be finite and > 0, got -0.001"),
+        (lambda: optex.Adam(beta1=1.0), r"beta1: must be in \[0, 1\), got 1"),
+        (lambda: optex.Adam(beta2=-0.1), r"beta2: must be in \[0, 1\), got -0.1"),
+        (lambda: optex.Adam(eps=0.0), "eps: must be finite and > 0, got 0"),
+        (lambda: optex.AdamW(lr=1.0, weight_decay=2.0),
+         "weight_decay: must be < 1 / lr with decoupled weight decay, got 2"),
+    ],
+)
+def test_bad_optimizer_hyperparameters(make, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_a_refused_setting_leaves_the_object_unchanged() -> None:
+    adam = optex.Adam(lr=0.1)
+    with pytest.raises(ValueError, match="beta1"):
+        adam.beta1 = 2.0
+    assert adam == optex.Adam(lr=0.1)
+    options = optex.Options()
+    with pytest.raises(ValueError, match="kernel"):
+        options.kernel = "nope"
+    with pytest.raises(ValueError, match="history"):
+        options.history = 0
+    assert options == optex.Options()
+
+
+# ---- tell -----------------------------------------------------------------------
+
+
+def good_batch(opt: optex.OptEx):
+    f = problems.Rosenbrock()
+    losses, grads = f.value_and_grad(opt.ask())
+    return grads, losses
+
+
+@pytest.mark.parametrize(
+    ("mutate", "error", "message"),
+    [
+        (lambda g, l: (g[:, :-1], l), ValueError, r"grads: expected shape \(3, 5\), got \(3, 4\)"),
+        (lambda g, l: (g[:2], l), ValueError, r"grads: expected shape \(3, 5\), got \(2, 5\)"),
+        (lambda g, l: (g.ravel(), l), ValueError, r"grads: expected shape \(3, 5\), got \(15,\)"),
+        (lambda g, l: (g, l[:2]), ValueError, r"losses: expected shape \(3,\), got \(2,\)"),
+        (lambda g, l: (g, l.reshape(3, 1)), ValueError, r"losses: expected shape \(3,\), got \(3, 1\)"),
+        (lambda g, l: (g, 1.0), ValueError, r"losses: expected shape \(3,\), got \(\)"),
+        (lambda g, l: (g.astype(np.int32), l), ValueError, "grads: dtype int32 is not supported"),
+        (lambda g, l: (g.astype(np.float16), l), ValueError, "grads: dtype float16 is not supported"),
+        (lambda g, l: (g, l.astype(np.int64)), ValueError, "losses: dtype int64 is not supported"),
+        (lambda g, l: (g > 0, l), ValueError, "grads: dtype bool is not supported"),
+        (lambda g, l: (g.astype(">f4"), l), ValueError, "grads: dtype >f4 is not supported"),
+        (lambda g, l: (np.asfortranarray(g), l), ValueError,
+         r"grads: the array is not C-contiguous \(strides \(4, 12\)\); pass "
+         r"numpy.ascontiguousarray\(grads\)"),
+        (lambda g, l: (np.repeat(g, 2, axis=1)[:, ::2], l), ValueError,
+         "grads: the array is not C-contiguous"),
+        (lambda g, l: (g, np.repeat(l, 2)[::2]), ValueError, "losses: the array is not C-contiguous"),
+        (lambda g, l: ([["x"] * 5] * 3, l), ValueError, "grads: cannot be converted to a float array"),
+        (lambda g, l: (None, l), ValueError, "grads: dtype object is not supported"),
+        (lambda g, l: (with_value(g, (1, 2), np.nan), l), ValueError,
+         r"grads: row 1, column 2 is nan \(must be finite; pass drop_nonfinite=True"),
+        (lambda g, l: (with_value(g, (2, 4), -np.inf), l), ValueError,
+         "grads: row 2, column 4 is -inf"),
+        (lambda g, l: (with_value(g.astype(np.float64), (0, 3), 1e39), l), ValueError,
+         "grads: row 0, column 3 is 1e\\+39, outside the float32 range"),
+        (lambda g, l: (g, with_value(l, 2, np.nan)), ValueError, "losses: element 2 is nan"),
+        (lambda g, l: (g, with_value(l.astype(np.float32), 0, np.inf)), ValueError,
+         "losses: element 0 is inf"),
+    ],
+)
+def test_bad_tell_leaves_the_engine_unchanged(mutate, error, message) -> None:
+    opt = started()
+    before = snapshot(opt)
+    points = opt.ask().copy()
+    grads, losses = good_batch(opt)
+    with pytest.raises(error, match=message):
+        opt.tell(*mutate(grads, losses))
+    assert snapshot(opt) == before
+    assert np.array_equal(opt.ask(), points)  # the same batch is still pending
+    # ... and the good batch still commits.
+    opt.tell(grads, losses)
+    assert opt.iteration == before[1] + 1
+
+
+def with_value(a: np.ndarray, index, value) -> np.ndarray:
+    a = a.copy()
+    a[index] = value
+    return a
+
+
+def test_tell_without_ask() -> None:
+    opt = started()
+    grads, losses = good_batch(opt)
+    opt.tell(grads, losses)
+    before = snapshot(opt)
+    with pytest.raises(RuntimeError, match=r"tell: no pending batch \(iteration 3\): call ask\(\) first"):
+        opt.tell(grads, losses)
+    assert snapshot(opt) == before
+    fresh = optex.OptEx(np.zeros(5), parallelism=3)
+    with pytest.raises(RuntimeError, match="call ask"):
+        fresh.tell(grads, losses)
+
+
+def test_all_nonfinite_with_drop_raises_and_keeps_the_batch_pending() -> None:
+    opt = started()
+    before = snapshot(opt)
+    grads, losses = good_batch(opt)
+    with pytest.raises(RuntimeError, match="every gradient or loss of iteration 2 is non-finite"):
+        opt.tell(np.full_like(grads, np.nan), losses, drop_nonfinite=True)
+    assert snapshot(opt) == before
+    opt.tell(grads, losses)
+
+
+def test_ints_are_refused_but_lists_are_converted() -> None:
+    opt = optex.OptEx(np.zeros(2), parallelism=2)
+    opt.ask()
+    with pytest.raises(ValueError, match="grads: dtype int64"):
+        opt.tell(np.zeros((2, 2), dtype=np.int64), [0.0, 0.0])
+    info = opt.tell([[1, 2], [3, 4]], [0, 1])  # lists: converted to float64
+    assert info.iteration == 1
+
+
+# ---- checkpoints ----------------------------------------------------------------
+
+
+def test_save_while_pending(tmp_path) -> None:
+    opt = started()
+    before = snapshot(opt)
+    with pytest.raises(RuntimeError, match="save"):
+        opt.save(tmp_path / "x.ckpt")
+    assert snapshot(opt) == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(device="tpu"), "device: unknown device 'tpu'"),
+        (dict(history_precision="fp8"), "history_precision: unknown value 'fp8'"),
+    ],
+)
+def test_bad_load_arguments(tmp_path, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        optex.OptEx.load(tmp_path / "x.ckpt", **kwargs)
+
+
+def test_path_of_the_wrong_type() -> None:
+    opt = optex.OptEx(np.zeros(2))
+    with pytest.raises(TypeError):
+        opt.save(3)
