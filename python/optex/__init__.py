@@ -8,11 +8,13 @@ and the N true gradients at those points are evaluated at once on N workers.
     opt = optex.OptEx(x0, optimizer=optex.Adam(lr=1e-2), parallelism=4)
     points = opt.ask()              # (N, d) float32, a read-only view
     opt.tell(grads, losses)         # (N, d), (N,)
+    res = optex.minimize(fun_and_grad, x0, parallelism=4)   # threads or processes
 
 The compiled core lives in optex._optex; everything public is re-exported here.
 """
 
 from . import problems
+from .minimize import OptimizeResult, minimize
 from ._optex import (
     Adam,
     AdamW,
@@ -30,10 +32,12 @@ __all__ = [
     "AdamW",
     "IterationInfo",
     "OptEx",
+    "OptimizeResult",
     "Options",
     "Sgd",
     "__version__",
     "built_with_cuda",
     "cuda_device_count",
+    "minimize",
     "problems",
 ]
