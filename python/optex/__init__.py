@@ -11,7 +11,12 @@ and the N true gradients at those points are evaluated at once on N workers.
     res = optex.minimize(fun_and_grad, x0, parallelism=4)   # threads or processes
 
 The compiled core lives in optex._optex; everything public is re-exported here.
+PyTorch users: ``optex.torch.OptEx`` is a ``torch.optim.Optimizer`` (``import
+optex.torch``, or just access ``optex.torch``); ``import optex`` itself never
+imports torch.
 """
+
+import typing as _typing
 
 from . import problems
 from .minimize import OptimizeResult, minimize
@@ -41,3 +46,16 @@ __all__ = [
     "minimize",
     "problems",
 ]
+
+
+if _typing.TYPE_CHECKING:
+    from . import torch as torch
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """``optex.torch`` imports the PyTorch integration (and torch) on first access."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,716 @@
+"""optex.torch.OptEx, the torch.optim.Optimizer, against the ask/tell engine it wraps.
+
+Needs PyTorch; CI does not install it (too large), so these skip there. To run
+them: pip install torch, then pytest tests/python/test_torch.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import runpy
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); not installed here")
+
+import optex  # noqa: E402
+import optex.torch  # noqa: E402
+from optex.torch import OptEx  # noqa: E402
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def make_model(seed: int = 0, device: str = "cpu", dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """A small MLP with a deterministic initialisation."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    return model.to(device=device, dtype=dtype)
+
+
+def make_data(device: str = "cpu", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 4, generator=g)
+    y = torch.randn(16, 2, generator=g)
+    return x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
+
+
+def loss_of(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = data
+    return ((model(x) - y) ** 2).mean()
+
+
+def closure_for(opt: torch.optim.Optimizer, model: torch.nn.Module, data, record=None):
+    def closure():
+        opt.zero_grad()
+        loss = loss_of(model, data)
+        loss.backward()
+        if record is not None:
+            record.append(
+                (opt.current_point, opt.current_seed,
+                 torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone())
+            )
+        return loss
+
+    return closure
+
+
+def flat(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params])
+
+
+def manual_run(params: list[torch.Tensor], loss_fn, steps: int, optimizer, **options) -> optex.OptEx:
+    """The reference: optex.OptEx ask/tell on the flattened parameters (in the given
+    order), evaluating each point by writing it into the parameters."""
+    device = params[0].device
+    engine = optex.OptEx(flat(params).cpu().numpy(), optimizer=optimizer, **options)
+    sizes = [p.numel() for p in params]
+    for _ in range(steps):
+        points = engine.ask()
+        n, d = points.shape
+        grads = np.empty((n, d), np.float32)
+        losses = np.empty(n, np.float64)
+        for i in range(n):
+            pieces = torch.from_numpy(np.array(points[i])).to(device).split(sizes)
+            with torch.no_grad():
+                for p, piece in zip(params, pieces):
+                    p.copy_(piece.view(p.shape))
+                    p.grad = None
+            loss = loss_fn()
+            loss.backward()
+            grads[i] = flat([p.grad for p in params]).cpu().numpy()
+            losses[i] = loss.item()
+        engine.tell(grads, losses)
+    return engine
+
+
+def bits(t: torch.Tensor) -> bytes:
+    return t.detach().cpu().contiguous().numpy().tobytes()
+
+
+@contextmanager
+def one_thread():
+    """Single-threaded torch (the distributed workers use one thread too)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+OPTIMIZERS = [
+    ("adam", {}, optex.Adam(lr=0.01)),
+    ("adamw", {}, optex.AdamW(lr=0.01)),
+    ("adamw", {"weight_decay": 0.1, "betas": (0.8, 0.99), "eps": 1e-6},
+     optex.AdamW(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1)),
+    ("sgd", {"momentum": 0.9, "nesterov": True}, optex.Sgd(lr=0.01, momentum=0.9, nesterov=True)),
+]
+
+# ---------------------------------------------------------------------------- step
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize(("name", "hyper", "engine_optimizer"), OPTIMIZERS)
+def test_step_equals_the_manual_ask_tell_loop_bit_for_bit(n, name, hyper, engine_optimizer) -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer=name, lr=0.01, parallelism=n, history=8, seed=4, **hyper)
+    closure = closure_for(opt, model, data)
+    losses = [opt.step(closure) for _ in range(5)]
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 5,
+                        engine_optimizer, parallelism=n, history=8, seed=4)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+    assert opt.engine.iteration == engine.iteration == 5
+    assert opt.engine.optimizer == engine_optimizer
+    assert all(isinstance(loss, torch.Tensor) and loss.ndim == 0 for loss in losses)
+    assert losses[-1].item() == opt.last_info.loss
+
+
+def test_the_returned_loss_is_the_closures_loss_at_the_committed_point() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=3)
+    returned = []
+
+    def closure():
+        opt.zero_grad()
+        loss = loss_of(model, data)
+        loss.backward()
+        returned.append(loss)
+        return loss
+
+    loss = opt.step(closure)
+    assert opt.last_info.committed_point == 2
+    assert loss is returned[2]
+
+
+def test_parameters_hold_each_point_during_the_closure_and_the_iterate_after() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.05, parallelism=4, seed=7)
+    record = []
+    closure = closure_for(opt, model, data, record)
+    reference = make_model()
+    engine = optex.OptEx(flat(reference.parameters()).numpy(), optimizer=optex.Adam(lr=0.05),
+                         parallelism=4, seed=7)
+    for _ in range(3):
+        record.clear()
+        before = flat(model.parameters())
+        opt.step(closure)
+        points = np.array(engine.ask())
+        seeds = engine.seeds
+        # The closure saw the engine's N points, in order, with their seeds.
+        assert [r[0] for r in record] == [0, 1, 2, 3]
+        assert [r[1] for r in record] == [int(s) for s in seeds]
+        for i, (_, _, seen) in enumerate(record):
+            assert bits(seen) == points[i].tobytes()
+        assert bits(before) == points[0].tobytes()  # the first point is the iterate
+        # Reference gradients, then the committed iterate is in the parameters.
+        grads = np.empty_like(points)
+        losses = np.empty(4)
+        for i in range(4):
+            with torch.no_grad():
+                torch.nn.utils.vector_to_parameters(torch.from_numpy(points[i]), reference.parameters())
+            reference.zero_grad()
+            loss = loss_of(reference, data)
+            loss.backward()
+            grads[i] = flat([p.grad for p in reference.parameters()]).numpy()
+            losses[i] = loss.item()
+        engine.tell(grads, losses)
+        assert bits(flat(model.parameters())) == engine.x.tobytes()
+    assert opt.current_point is None and opt.current_seed is None
+
+
+def test_a_closure_that_raises_leaves_the_parameters_and_the_round_pending() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.05, parallelism=3)
+    closure = closure_for(opt, model, data)
+    opt.step(closure)
+    before = flat(model.parameters())
+    calls = []
+
+    def failing():
+        calls.append(opt.current_point)
+        if opt.current_point == 2:
+            raise KeyError("simulated failure")
+        return closure()
+
+    with pytest.raises(KeyError, match="simulated failure"):
+        opt.step(failing)
+    assert bits(flat(model.parameters())) == bits(before)
+    assert opt.engine.pending and opt.engine.iteration == 1
+    with pytest.raises(RuntimeError, match="pending"):
+        opt.state_dict()
+    opt.step(closure)  # the same round, finished
+    for _ in range(2):
+        opt.step(closure)
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 4,
+                        optex.Adam(lr=0.05), parallelism=3)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+
+def test_parallelism_one_follows_torch_optim() -> None:
+    """N = 1 is the base optimizer: the engine's update rules are torch.optim's."""
+    data = make_data()
+    cases = [
+        ("adam", {"weight_decay": 0.01}, lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.01)),
+        ("adamw", {}, lambda ps: torch.optim.AdamW(ps, lr=0.01)),
+        ("sgd", {"momentum": 0.9, "nesterov": True},
+         lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, nesterov=True)),
+    ]
+    for name, hyper, make_torch in cases:
+        model = make_model()
+        opt = OptEx(model.parameters(), optimizer=name, lr=0.01, parallelism=1, **hyper)
+        closure = closure_for(opt, model, data)
+        theirs = make_model()
+        torch_opt = make_torch(theirs.parameters())
+        for _ in range(20):
+            opt.step(closure)
+            torch_opt.zero_grad()
+            loss_of(theirs, data).backward()
+            torch_opt.step()
+        torch.testing.assert_close(flat(model.parameters()), flat(theirs.parameters()),
+                                   rtol=0.0, atol=1e-5, msg=name)
+
+
+def test_target_proxy_is_n_sequential_steps() -> None:
+    """proxy='target' calls the closure for the proxy steps: N x T sequential steps."""
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.02, parallelism=3, proxy="target")
+    closure = closure_for(opt, model, data)
+    for _ in range(2):
+        opt.step(closure)
+    sequential = make_model()
+    engine = manual_run(list(sequential.parameters()), lambda: loss_of(sequential, data), 6,
+                        optex.Adam(lr=0.02), parallelism=1)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+
+def test_the_engine_starts_from_the_parameters_at_the_first_step() -> None:
+    data = make_data()
+    model = make_model(seed=0)
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=2)
+    assert opt.engine is None and opt.last_info is None
+    model.load_state_dict(make_model(seed=3).state_dict())  # weights loaded after construction
+    opt.param_groups[0]["lr"] = 0.02  # hyperparameters may change before the first step
+    opt.step(closure_for(opt, model, data))
+    reference = make_model(seed=3)
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 1,
+                        optex.Adam(lr=0.02), parallelism=2)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+
+def test_parameters_changed_outside_step_raise() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=2)
+    closure = closure_for(opt, model, data)
+    opt.step(closure)
+    with torch.no_grad():
+        model[2].bias.add_(1.0)
+    with pytest.raises(RuntimeError, match="parameter 3 .*changed outside step"):
+        opt.step(closure)
+    with torch.no_grad():
+        model[2].bias.sub_(1.0)
+    # Restored to the committed values: steps again (bias - 1 + 1 may round, so set exactly).
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(opt.engine.x), model.parameters())
+    opt.step(closure)
+    assert opt.engine.iteration == 2
+
+
+def test_changing_the_learning_rate_after_the_first_step_raises() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=2)
+    closure = closure_for(opt, model, data)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.step(closure)
+    scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.005
+    with pytest.raises(RuntimeError, match="hyperparameters changed.*LR schedulers"):
+        opt.step(closure)
+    assert opt.engine.iteration == 1 and not opt.engine.pending
+
+
+def test_float64_parameters_hold_the_float32_iterate() -> None:
+    data = make_data(dtype=torch.float64)
+    model = make_model(dtype=torch.float64)
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=3)
+    closure = closure_for(opt, model, data)
+    for _ in range(3):
+        loss = opt.step(closure)
+    assert loss.dtype == torch.float64
+    x = torch.from_numpy(opt.engine.x)
+    assert torch.equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]), x.double())
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+
+
+def test_parameters_without_gradient_get_zero_gradients() -> None:
+    data = make_data()
+    model = make_model()
+    frozen = torch.nn.Parameter(torch.ones(3))
+    opt = OptEx([*model.parameters(), frozen], lr=0.05, parallelism=3)
+    closure = closure_for(opt, model, data)
+    for _ in range(3):
+        opt.step(closure)
+    assert torch.equal(frozen.detach(), torch.ones(3))  # Adam without weight decay: no move
+    assert frozen.grad is None
+
+
+def test_drop_nonfinite() -> None:
+    data = make_data()
+    model = make_model()
+
+    def run(**kwargs):
+        opt = OptEx(model.parameters(), lr=0.01, parallelism=3, **kwargs)
+
+        def closure():
+            opt.zero_grad()
+            loss = loss_of(model, data)
+            loss.backward()
+            return loss * float("nan") if opt.current_point == 1 else loss
+
+        return opt, closure
+
+    opt, closure = run()
+    with pytest.raises(ValueError, match="losses"):
+        opt.step(closure)
+    opt, closure = run(drop_nonfinite=True)
+    opt.step(closure)
+    assert opt.last_info.dropped == 1
+
+
+def test_zero_grad() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=2)
+    opt.step(closure_for(opt, model, data))
+    assert all(p.grad is not None for p in model.parameters())
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    opt.step(closure_for(opt, model, data))
+    opt.zero_grad(set_to_none=False)
+    assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------- param groups
+
+
+def test_param_groups_are_flattened_in_group_then_parameter_order() -> None:
+    data = make_data()
+    model = make_model()
+    first, second = model[0], model[2]
+    # Groups in the reverse of model.parameters()'s order.
+    opt = OptEx([{"params": second.parameters()}, {"params": first.parameters(), "lr": 0.02}],
+                lr=0.02, parallelism=3, seed=2)
+    for _ in range(3):
+        opt.step(closure_for(opt, model, data))
+    reference = make_model()
+    order = [*reference[2].parameters(), *reference[0].parameters()]
+    engine = manual_run(order, lambda: loss_of(reference, data), 3, optex.Adam(lr=0.02),
+                        parallelism=3, seed=2)
+    assert bits(flat([*second.parameters(), *first.parameters()])) == engine.x.tobytes()
+
+
+def test_param_groups_with_different_settings_are_refused() -> None:
+    model = make_model()
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['lr'\]: 0.1 differs from param_groups\[0\]\['lr'\] = 0.001"):
+        OptEx([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.1}])
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['betas'\]"):
+        OptEx([{"params": model[0].parameters()},
+               {"params": model[2].parameters(), "betas": (0.5, 0.9)}])
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: lr: must be finite and > 0"):
+        OptEx([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": -1.0}])
+    opt = OptEx(model[0].parameters(), optimizer="sgd", lr=0.1)
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['momentum'\]"):
+        opt.add_param_group({"params": model[2].parameters(), "momentum": 0.9})
+    assert len(opt.param_groups) == 1  # the refused group was not added
+
+
+def test_add_param_group_works_until_the_first_step() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model[0].parameters(), lr=0.02, parallelism=2)
+    opt.add_param_group({"params": model[2].parameters()})
+    closure = closure_for(opt, model, data)
+    opt.step(closure)
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 1,
+                        optex.Adam(lr=0.02), parallelism=2)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+    with pytest.raises(RuntimeError, match="add_param_group: not supported after the first step"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    assert len(opt.param_groups) == 2
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def test_state_dict_round_trip_continues_bit_for_bit() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer="adamw", lr=0.02, parallelism=3, history=6, seed=9)
+    closure = closure_for(opt, model, data)
+    assert opt.state_dict()["state"] == {}  # nothing before the first step, like torch.optim
+    for _ in range(3):
+        opt.step(closure)
+    saved = opt.state_dict()
+
+    # torch.optim's shape.
+    assert set(saved) == {"state", "param_groups"}
+    assert list(saved["state"]) == [0]
+    assert isinstance(saved["state"][0]["optex_checkpoint"], bytes)
+    assert saved["state"][0]["iteration"] == 3
+    assert len(saved["param_groups"]) == 1
+    group = saved["param_groups"][0]
+    assert group["params"] == [0, 1, 2, 3]
+    assert group["lr"] == 0.02 and group["weight_decay"] == 0.01 and group["betas"] == (0.9, 0.999)
+    assert not opt.state  # the checkpoint lives in the state dict only
+
+    # Through torch.save / torch.load(weights_only=True), into a new model and optimizer.
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": saved}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    resumed_model = make_model(seed=5)
+    resumed = OptEx(resumed_model.parameters(), optimizer="adamw", lr=0.5, parallelism=2)
+    resumed_model.load_state_dict(loaded["model"])
+    resumed.load_state_dict(loaded["optimizer"])
+    assert resumed.param_groups[0]["lr"] == 0.02
+    assert resumed.engine.iteration == 3 and resumed.parallelism == 3
+
+    for _ in range(3):
+        opt.step(closure)
+        resumed.step(closure_for(resumed, resumed_model, data))
+    assert bits(flat(resumed_model.parameters())) == bits(flat(model.parameters()))
+
+    uninterrupted = make_model()
+    engine = manual_run(list(uninterrupted.parameters()), lambda: loss_of(uninterrupted, data), 6,
+                        optex.AdamW(lr=0.02), parallelism=3, history=6, seed=9)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+
+def test_load_state_dict_refuses_foreign_states() -> None:
+    data = make_data()
+    model = make_model()
+    adam = torch.optim.Adam(model.parameters())
+    adam.zero_grad()
+    loss_of(model, data).backward()
+    adam.step()
+    opt = OptEx(model.parameters())
+    with pytest.raises(ValueError, match="not an optex.torch.OptEx state"):
+        opt.load_state_dict(adam.state_dict())
+
+    donor = OptEx(model.parameters(), parallelism=2)
+    donor.step(closure_for(donor, model, data))
+    wider = torch.nn.Sequential(torch.nn.Linear(4, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    other = OptEx(wider.parameters())
+    with pytest.raises(ValueError, match="checkpoint is for 44 parameters, this optimizer has 51"):
+        other.load_state_dict(donor.state_dict())
+    assert other.engine is None
+    with pytest.raises(ValueError, match="param_groups\\[0\\] has no momentum, nesterov"):
+        OptEx(model.parameters(), optimizer="sgd").load_state_dict(donor.state_dict())
+    adamw_state = donor.state_dict()
+    adamw = OptEx(model.parameters(), optimizer="adamw")
+    with pytest.raises(ValueError, match="saved with optimizer='adam', this optimizer has optimizer='adamw'"):
+        adamw.load_state_dict(adamw_state)
+    assert adamw.engine is None
+    broken = donor.state_dict()
+    broken["state"][0]["optex_checkpoint"] = b"not a checkpoint"
+    with pytest.raises(ValueError, match="cannot be read"):
+        OptEx(model.parameters()).load_state_dict(broken)
+
+
+def test_loading_an_empty_state_keeps_the_lazy_engine() -> None:
+    data = make_data()
+    model = make_model()
+    fresh = OptEx(model.parameters(), lr=0.03, parallelism=2).state_dict()
+    opt = OptEx(model.parameters(), lr=0.5, parallelism=2)
+    opt.load_state_dict(fresh)
+    assert opt.engine is None and opt.param_groups[0]["lr"] == 0.03
+    opt.step(closure_for(opt, model, data))
+    assert opt.engine.optimizer == optex.Adam(lr=0.03)
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_bad_arguments_raise_value_error_naming_them() -> None:
+    params = list(make_model().parameters())
+    cases = [
+        (dict(optimizer="lbfgs"), r"optimizer: must be one of 'adam', 'adamw', 'sgd', got 'lbfgs'"),
+        (dict(lr=0.0), r"lr: must be finite and > 0, got 0"),
+        (dict(lr=-1e-3), r"lr: must be finite and > 0"),
+        (dict(lr="fast"), r"lr: must be a real number"),
+        (dict(parallelism=0), r"parallelism: must be >= 1, got 0"),
+        (dict(history=0), r"history"),
+        (dict(kernel="bogus"), r"kernel: unknown value 'bogus'"),
+        (dict(momentum=0.9), r"momentum: not a hyperparameter of optimizer='adam'"),
+        (dict(optimizer="sgd", betas=(0.9, 0.99)), r"betas: not a hyperparameter of optimizer='sgd'"),
+        (dict(betas=(0.9, 1.5)), r"betas\[1\]: must be in \[0, 1\)"),
+        (dict(betas=0.9), r"betas: must be a pair"),
+        (dict(eps=-1.0), r"eps"),
+        (dict(optimizer="sgd", nesterov=True), r"momentum: must be > 0 when nesterov is set"),
+        (dict(optimizer="sgd", nesterov=1), r"nesterov: must be a bool"),
+        (dict(options="fast"), r"options: must be an optex.Options"),
+        (dict(drop_nonfinite="yes"), r"drop_nonfinite: must be a bool"),
+        (dict(parallelism="many"), r"parallelism"),
+        (dict(device=3), r"device: must be a str"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            OptEx(params, **kwargs)
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with pytest.raises(ValueError, match="distributed: True needs an initialised torch.distributed"):
+            OptEx(params, distributed=True)
+    if not optex.built_with_cuda():
+        with pytest.raises(ValueError, match="device: cuda:0 requested"):
+            OptEx(params, device="cuda:0")
+    with pytest.raises(ValueError, match="floating-point"):
+        OptEx([torch.zeros(3, dtype=torch.int64)])
+    with pytest.raises(ValueError, match="no parameters"):
+        OptEx([{"params": []}])
+    with pytest.raises(ValueError, match="no elements"):
+        OptEx([torch.nn.Parameter(torch.zeros(0))])
+    with pytest.raises(ValueError, match="same parameter twice"), \
+            pytest.warns(UserWarning, match="duplicate parameters"):  # torch's own warning
+        OptEx([params[0], params[0]])
+
+
+def test_step_needs_a_closure_that_returns_a_scalar_loss() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), parallelism=2)
+    with pytest.raises(ValueError, match="closure: optex.torch.OptEx.step needs a closure"):
+        opt.step()
+    with pytest.raises(ValueError, match="closure: returned None"):
+        opt.step(lambda: None)
+
+    def vector_loss():
+        opt.zero_grad()
+        loss = ((model(data[0]) - data[1]) ** 2).mean(dim=1)
+        loss.sum().backward()
+        return loss
+
+    with pytest.raises(ValueError, match=r"closure: must return a scalar loss, got a tensor of shape \(16,\)"):
+        opt.step(vector_loss)
+    with pytest.raises(ValueError, match="closure: must return the loss"):
+        opt.step(lambda: "loss")
+    # A closure returning a float works.
+    closure = closure_for(opt, model, data)
+    loss = opt.step(lambda: closure().item())
+    assert isinstance(loss, float)
+
+
+def test_options_and_options_keywords() -> None:
+    model = make_model()
+    base = optex.Options(parallelism=5, history=7, kernel="rbf")
+    opt = OptEx(model.parameters(), options=base, history=9, seed=3)
+    opt.step(closure_for(opt, model, make_data()))
+    options = opt.engine.options
+    assert (options.parallelism, options.history, options.kernel, options.seed) == (5, 9, "rbf", 3)
+    assert options.device == "cpu"
+    assert base.history == 7  # the caller's object is not changed
+    assert opt.parallelism == 5
+
+
+def test_documentation() -> None:
+    assert "closure" in OptEx.__doc__ and "param groups" in OptEx.__doc__.lower()
+    for name in ("step", "state_dict", "load_state_dict", "add_param_group", "engine", "last_info",
+                 "current_point", "current_seed", "parallelism"):
+        doc = getattr(OptEx, name).__doc__
+        assert doc and doc.strip(), name
+    assert optex.torch.__doc__ and "closure" in optex.torch.__doc__
+    assert isinstance(OptEx(make_model().parameters()), torch.optim.Optimizer)
+
+
+# ---------------------------------------------------------------------------- torch.distributed
+
+DISTRIBUTED_N = 3  # uneven over 2 ranks: rank 0 evaluates points 0 and 1, rank 1 point 2
+DISTRIBUTED_STEPS = 4
+
+
+def _distributed_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """One rank of the distributed test (spawned by torch.multiprocessing)."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        data = make_data()
+        # Rank 1 starts elsewhere: every rank must adopt rank 0's start point.
+        model = make_model(seed=0 if rank == 0 else 11)
+        opt = OptEx(model.parameters(), lr=0.03, parallelism=DISTRIBUTED_N, seed=5)
+        evaluated: list[list[int]] = []
+        record = []
+        closure = closure_for(opt, model, data, record)
+        losses = []
+        failure = ""
+        for step in range(DISTRIBUTED_STEPS):
+            if step == 2:
+                def failing():
+                    if rank == 1:
+                        raise OSError("rank 1 lost its data")
+                    return closure()
+
+                try:
+                    opt.step(failing)
+                except RuntimeError as error:
+                    failure = str(error)
+            record.clear()
+            loss = opt.step(closure)
+            evaluated.append([r[0] for r in record])
+            losses.append(loss.item())
+        torch.save({"x": flat(model.parameters()), "losses": losses, "evaluated": evaluated,
+                    "failure": failure, "state": opt.state_dict()},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_distributed_equals_the_single_process_run(tmp_path: Path, monkeypatch) -> None:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no torch.distributed with the gloo backend")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    mp.spawn(_distributed_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2,
+             join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+    with one_thread():
+        data = make_data()
+        model = make_model(seed=0)
+        opt = OptEx(model.parameters(), lr=0.03, parallelism=DISTRIBUTED_N, seed=5)
+        closure = closure_for(opt, model, data)
+        losses = [opt.step(closure).item() for _ in range(DISTRIBUTED_STEPS)]
+        single = flat(model.parameters())
+
+    for r, result in enumerate(ranks):
+        assert bits(result["x"]) == bits(single), f"rank {r}"
+        assert result["losses"] == losses, f"rank {r}"
+        assert result["state"]["state"][0]["optex_checkpoint"] == \
+            ranks[0]["state"]["state"][0]["optex_checkpoint"]
+        assert "the closure raised on rank 1 at point 2" in result["failure"], result["failure"]
+    assert "rank 1 lost its data" in ranks[1]["failure"]
+    assert all(points == [0, 1] for points in ranks[0]["evaluated"])
+    assert all(points == [2] for points in ranks[1]["evaluated"])
+
+
+# ---------------------------------------------------------------------------- CUDA
+
+
+def _cuda_run(device_option: str | None):
+    data = make_data(device="cuda")
+    model = make_model(device="cuda")
+    opt = OptEx(model.parameters(), lr=0.02, parallelism=3, device=device_option)
+    closure = closure_for(opt, model, data)
+    for _ in range(3):
+        loss = opt.step(closure)
+    assert loss.device.type == "cuda"
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    reference = make_model(device="cuda")
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 3,
+                        optex.Adam(lr=0.02), parallelism=3, device=opt.engine.options.device)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+    return opt
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device visible to torch")
+@pytest.mark.skipif(not optex.built_with_cuda(), reason="this optex was built without CUDA")
+def test_cuda_parameters_run_the_engine_on_their_gpu() -> None:
+    opt = _cuda_run(None)
+    assert opt.engine.options.device == f"cuda:{torch.cuda.current_device()}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device visible to torch")
+def test_cuda_parameters_with_a_host_engine() -> None:
+    opt = _cuda_run("cpu")
+    assert opt.engine.options.device == "cpu"
+
+
+def test_the_readme_pytorch_example_runs(tmp_path: Path, monkeypatch) -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## PyTorch") :]
+    section = section[: section.index("\n## ", 1)]
+    code = re.search(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL).group(1)
+    script = tmp_path / "pytorch_example.py"
+    script.write_text(code, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # where the example saves its state
+    runpy.run_path(str(script), run_name="__main__")
+    assert (tmp_path / "opt.pt").exists()
