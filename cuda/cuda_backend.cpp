@@ -139,6 +139,12 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   const GradientHistory& history() override;
   const HistoryGram& gram() const override { return gram_; }
   std::span<const float> iterate_if_host() const override { return {}; }
+  const float* device_iterate() override {
+    DeviceGuard guard(device_index_);
+    synchronize();  // the caller may read it from any stream or copy engine
+    return x_.data();
+  }
+  void set_optimizer(const Optimizer& optimizer) override { optimizer_ = optimizer; }
   void restore(const OptimizerState& state, const GradientHistory& history) override;
 
   double fit(double lengthscale) override;

@@ -35,6 +35,8 @@ class CpuBackend final : public EngineBackend {
   const GradientHistory& history() override { return history_; }
   const HistoryGram& gram() const override { return history_; }
   std::span<const float> iterate_if_host() const override { return x_; }
+  const float* device_iterate() override { return x_.data(); }
+  void set_optimizer(const Optimizer& optimizer) override { optimizer_ = optimizer; }
 
   void restore(const OptimizerState& state, const GradientHistory& history) override {
     state_ = state;

@@ -410,6 +410,35 @@ std::uint64_t DistributedEngine::state_hash() const {
   return mix_seed(h, engine_.rng_state());
 }
 
+void DistributedEngine::set_optimizer(const Optimizer& optimizer) {
+  // Tried on a scratch copy first: a rank that refuses must leave every rank unchanged.
+  collectively(*world_, "set_optimizer", true, [&] {
+    if (engine_.pending()) {
+      throw std::runtime_error("set_optimizer: between ask() and tell() (iteration " +
+                               std::to_string(engine_.iteration()) + ")");
+    }
+    validate(optimizer);
+    if (optimizer.index() != engine_.optimizer().index()) {
+      throw std::invalid_argument("optimizer: " + std::string(optimizer_name(optimizer)) +
+                                  " cannot replace " +
+                                  std::string(optimizer_name(engine_.optimizer())));
+    }
+  });
+  const std::uint64_t mine =
+      detail::configuration_fingerprint(engine_.options(), optimizer, engine_.dim());
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world_size()));
+  world_->all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+  std::vector<int> differ;
+  for (int r = 1; r < world_size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
+  }
+  if (!differ.empty()) {
+    throw std::invalid_argument("set_optimizer: " + name_ranks(differ) +
+                                " were given other hyperparameters than rank 0");
+  }
+  collectively(*world_, "set_optimizer", true, [&] { engine_.set_optimizer(optimizer); });
+}
+
 void DistributedEngine::check_same_configuration() {
   const Configuration mine{
       detail::configuration_fingerprint(engine_.options(), engine_.optimizer(), engine_.dim()),

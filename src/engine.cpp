@@ -69,6 +69,33 @@ Engine::~Engine() = default;
 
 std::size_t Engine::dim() const { return backend_->dim(); }
 std::span<const float> Engine::iterate() const { return backend_->iterate(); }
+const float* Engine::device_iterate() const { return backend_->device_iterate(); }
+
+void Engine::set_optimizer(const Optimizer& optimizer) {
+  if (pending_) {
+    throw std::runtime_error("set_optimizer: between ask() and tell() (iteration " +
+                             std::to_string(iteration_) +
+                             "): the pending batch's proxy steps used the current hyperparameters; "
+                             "call it after tell()");
+  }
+  validate(optimizer);
+  if (optimizer.index() != optimizer_.index()) {
+    throw std::invalid_argument("optimizer: " + std::string(optimizer_name(optimizer)) +
+                                " cannot replace " + std::string(optimizer_name(optimizer_)) +
+                                " (the optimizer state differs); start a new engine");
+  }
+  if (const auto* sgd = std::get_if<Sgd>(&optimizer)) {
+    const double before = std::get<Sgd>(optimizer_).momentum;
+    if ((sgd->momentum == 0.0) != (before == 0.0)) {
+      std::ostringstream msg;
+      msg << "momentum: " << sgd->momentum << " cannot replace " << before
+          << " (the momentum buffer exists only with non-zero momentum); start a new engine";
+      throw std::invalid_argument(msg.str());
+    }
+  }
+  backend_->set_optimizer(optimizer);
+  optimizer_ = optimizer;
+}
 const OptimizerState& Engine::optimizer_state() const { return backend_->optimizer_state(); }
 const GradientHistory& Engine::history() const { return backend_->history(); }
 

@@ -211,6 +211,36 @@ TEST_F(Cuda, ParallelismOneIsTheBaseOptimizerBitForBit) {
   }
 }
 
+// A learning-rate schedule (Engine::set_optimizer) on the device: with N = 1
+// still the base optimizer under the same schedule, bit for bit, and
+// device_iterate() is the iterate in device memory.
+TEST_F(Cuda, ScheduledHyperparametersAreTheBaseOptimizerBitForBit) {
+  const std::size_t d = 1000;
+  const std::vector<float> x0 = kRosenbrock.standard_start(d);
+  for (const Optimizer& opt :
+       {Optimizer(Sgd{.lr = 1e-4, .momentum = 0.9}), Optimizer(optex::adamw(1e-2, 0.1))}) {
+    SCOPED_TRACE(std::string(optex::optimizer_name(opt)));
+    Engine engine(x0, opt, On(Device::cuda(0), WithN(1)));
+    std::vector<float> x = x0;
+    OptimizerState s = optex::init_state(opt, d);
+    std::vector<float> g(d);
+    for (int t = 0; t < 12; ++t) {
+      Optimizer scheduled = opt;
+      std::visit([t](auto& o) { o.lr /= static_cast<double>(1 << (t / 3)); }, scheduled);
+      engine.set_optimizer(scheduled);
+      Step(engine, kRosenbrock);
+      kRosenbrock.EvaluateWithGradient(x, g);
+      optex::apply_step(scheduled, x, s, g);
+      ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
+    }
+    std::vector<float> from_device(d);
+    ASSERT_EQ(cudaMemcpy(from_device.data(), engine.device_iterate(), d * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(BitEqual(from_device, x));
+  }
+}
+
 // ---- 2. the estimator on identical inputs ---------------------------------------------
 
 // Tolerances: cosine > 1 - 1e-6 and ||gpu - cpu|| / ||cpu|| < 1e-4 per row.

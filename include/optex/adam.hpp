@@ -29,6 +29,8 @@ struct Adam {
   }
 
   void step(std::span<float> x, OptimizerState& s, std::span<const float> g) const;
+
+  friend bool operator==(const Adam&, const Adam&) = default;
 };
 
 // AdamW with PyTorch's defaults (weight decay 1e-2).

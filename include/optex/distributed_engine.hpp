@@ -116,6 +116,12 @@ class DistributedEngine {
   // waits for every rank. Collective.
   void save(const std::string& path);
 
+  // Collective: Engine::set_optimizer on every rank (a learning-rate schedule
+  // step). Every rank must pass the same hyperparameters; otherwise, or when
+  // one rank refuses them, every rank throws std::invalid_argument (naming
+  // the ranks) and every engine keeps its old optimizer.
+  void set_optimizer(const Optimizer& optimizer);
+
   DistributedEngine(DistributedEngine&&) noexcept;
   DistributedEngine& operator=(DistributedEngine&&) noexcept;
   ~DistributedEngine();

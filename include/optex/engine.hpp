@@ -77,6 +77,15 @@ class Engine {
 
   void set_gradient_oracle(GradientOracle oracle) { oracle_ = std::move(oracle); }
 
+  // Changes the base optimizer's hyperparameters between iterations and keeps
+  // its state (moments, step count): what a learning-rate schedule needs. The
+  // new optimizer must be of the same kind (Sgd for Sgd, Adam for Adam), and
+  // SGD momentum may not switch between zero and non-zero (the momentum
+  // buffer would appear or vanish). Throws std::invalid_argument naming the
+  // hyperparameter, std::runtime_error between ask() and tell() (the pending
+  // batch was made with the old values); the engine is unchanged after a throw.
+  void set_optimizer(const Optimizer& optimizer);
+
   // Checkpoints: everything that determines the rest of the trajectory. Saving
   // between ask() and tell() throws std::runtime_error. load() throws
   // std::runtime_error for a missing, truncated, corrupted or foreign file.
@@ -92,6 +101,10 @@ class Engine {
   Device device() const { return options_.device; }
   // Host views; on a device engine each call copies from the device.
   std::span<const float> iterate() const;
+  // The iterate where it lives: a device pointer on a CUDA engine (complete on
+  // return: the engine's stream is drained), the host iterate on a CPU
+  // engine. dim() floats, valid until the next tell() or load.
+  const float* device_iterate() const;
   const OptimizerState& optimizer_state() const;
   const GradientHistory& history() const;
   const Optimizer& optimizer() const { return optimizer_; }

@@ -27,6 +27,8 @@ struct Sgd {
   // One update of x in place. PyTorch semantics: the momentum buffer starts
   // as the first gradient rather than decaying from zero.
   void step(std::span<float> x, OptimizerState& s, std::span<const float> g) const;
+
+  friend bool operator==(const Sgd&, const Sgd&) = default;
 };
 
 }  // namespace optex

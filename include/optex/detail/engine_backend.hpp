@@ -90,6 +90,12 @@ class EngineBackend {
   // The iterate as a span valid until the next commit, without copying: the
   // CPU backend's own vector; empty on a device.
   virtual std::span<const float> iterate_if_host() const = 0;
+  // The iterate in the backend's memory (device pointer on a device), after
+  // every queued write to it has finished.
+  virtual const float* device_iterate() = 0;
+  // New hyperparameters for the steps to come; the caller checked that the
+  // state layout is unchanged.
+  virtual void set_optimizer(const Optimizer& optimizer) = 0;
 
   // Replaces optimizer state and history wholesale (checkpoint restore). The
   // iterate was given at construction. Sizes are the caller's to check.

@@ -1,0 +1,212 @@
+// Engine::set_optimizer: hyperparameters that change between iterations (a
+// learning-rate schedule) while the optimizer state carries on.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_equality.hpp"
+#include "optex/distributed_engine.hpp"
+#include "optex/engine.hpp"
+#include "optex/in_process_communicator.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/problems/rosenbrock.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace optex;
+using namespace optex::test;
+
+// A schedule that halves the learning rate every third iteration.
+double ScheduledLr(double base, int t) { return base / static_cast<double>(1 << (t / 3)); }
+
+Optimizer WithLr(Optimizer opt, double lr) {
+  std::visit([lr](auto& o) { o.lr = lr; }, opt);
+  return opt;
+}
+
+std::vector<Optimizer> Optimizers() {
+  return {Sgd{.lr = 1e-3}, Sgd{.lr = 1e-3, .momentum = 0.9, .nesterov = true}, Adam{.lr = 1e-2},
+          adamw(1e-2, 0.1)};
+}
+
+// Runs `iterations` iterations, calling set_optimizer with the schedule before each.
+void RunScheduled(Engine& engine, const Optimizer& base, int first, int iterations) {
+  const problems::Rosenbrock f;
+  const double lr0 = std::visit([](const auto& o) { return o.lr; }, base);
+  for (int t = first; t < first + iterations; ++t) {
+    engine.set_optimizer(WithLr(base, ScheduledLr(lr0, t)));
+    Batch& b = engine.ask();
+    for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+    engine.tell(b);
+  }
+}
+
+// With N = 1 a scheduled engine is the plain optimizer under the same schedule, bit for bit.
+TEST(SetOptimizer, ScheduleWithParallelismOneIsThePlainScheduledOptimizer) {
+  const problems::Rosenbrock f;
+  const std::vector<float> x0 = UniformStart(16, 3, -0.5, 0.5);
+  for (const Optimizer& opt : Optimizers()) {
+    SCOPED_TRACE(std::string(optimizer_name(opt)));
+    Engine engine(x0, opt, WithN(1));
+    RunScheduled(engine, opt, 0, 12);
+
+    std::vector<float> x = x0;
+    std::vector<float> g(x.size());
+    OptimizerState s = init_state(opt, x.size());
+    const double lr0 = std::visit([](const auto& o) { return o.lr; }, opt);
+    for (int t = 0; t < 12; ++t) {
+      f.EvaluateWithGradient(x, g);
+      apply_step(WithLr(opt, ScheduledLr(lr0, t)), x, s, g);
+    }
+    EXPECT_TRUE(BitEqual(engine.iterate(), x));
+    EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), s));
+    EXPECT_EQ(engine.optimizer(), WithLr(opt, ScheduledLr(lr0, 11)));
+  }
+}
+
+// The new values take effect at the next ask(): the proxy steps use them. A
+// schedule that changes the learning rate changes the trajectory, and setting
+// the same values again changes nothing.
+TEST(SetOptimizer, NewValuesDriveTheNextProxySteps) {
+  const std::vector<float> x0 = UniformStart(16, 4, -0.5, 0.5);
+  const Adam adam{.lr = 1e-2};
+  Engine fixed(x0, adam, WithN(4, 9));
+  Engine same(x0, adam, WithN(4, 9));
+  Engine halved(x0, adam, WithN(4, 9));
+  const problems::Rosenbrock f;
+  for (int t = 0; t < 6; ++t) {
+    same.set_optimizer(adam);
+    if (t == 3) halved.set_optimizer(Adam{.lr = 5e-3});
+    for (Engine* e : {&fixed, &same, &halved}) {
+      Batch& b = e->ask();
+      for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+      e->tell(b);
+    }
+    if (t < 3) {
+      ASSERT_TRUE(SameEngine(halved, fixed)) << "iteration " << t;
+    }
+  }
+  EXPECT_TRUE(SameEngine(same, fixed));
+  EXPECT_FALSE(SameBits(halved.iterate(), fixed.iterate()));
+  EXPECT_EQ(halved.optimizer_state().step, fixed.optimizer_state().step);
+}
+
+// A checkpoint stores the hyperparameters in force, and a resumed run keeps
+// following the schedule identically.
+TEST(SetOptimizer, CheckpointKeepsTheScheduledValues) {
+  const std::vector<float> x0 = UniformStart(16, 5, -0.5, 0.5);
+  const Optimizer opt = Sgd{.lr = 1e-3, .momentum = 0.9};
+  Engine whole(x0, opt, WithN(3, 2));
+  RunScheduled(whole, opt, 0, 10);
+
+  Engine first(x0, opt, WithN(3, 2));
+  RunScheduled(first, opt, 0, 5);
+  const std::string path = ::testing::TempDir() + "set_optimizer.optex";
+  first.save(path);
+  Engine resumed = Engine::load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(resumed.optimizer(), first.optimizer());
+  RunScheduled(resumed, opt, 5, 5);
+  EXPECT_TRUE(SameEngine(resumed, whole));
+}
+
+// Every refusal names what is wrong and leaves the engine as it was.
+TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
+  const std::vector<float> x0 = UniformStart(8, 6);
+  Engine engine(x0, Sgd{.lr = 1e-2}, WithN(2));
+  Engine twin(x0, Sgd{.lr = 1e-2}, WithN(2));
+  const auto expect_refused = [&](const Optimizer& opt, const std::string& fragment, bool runtime) {
+    try {
+      engine.set_optimizer(opt);
+      ADD_FAILURE() << "accepted; expected a message with: " << fragment;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_FALSE(runtime) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    } catch (const std::runtime_error& e) {
+      EXPECT_TRUE(runtime) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine.optimizer(), Optimizer(Sgd{.lr = 1e-2}));
+    EXPECT_TRUE(SameEngine(engine, twin));
+  };
+  expect_refused(Sgd{.lr = -1.0}, "lr: must be finite and > 0, got -1", false);
+  expect_refused(Adam{.lr = 1e-2}, "optimizer: adam cannot replace sgd", false);
+  expect_refused(Sgd{.lr = 1e-2, .momentum = 0.9}, "momentum: 0.9 cannot replace 0", false);
+
+  const problems::Rosenbrock f;
+  for (Engine* e : {&engine, &twin}) {
+    Batch& b = e->ask();
+    for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+  }
+  expect_refused(Sgd{.lr = 5e-3}, "set_optimizer: between ask() and tell()", true);
+}
+
+// ---- the distributed engine ---------------------------------------------------
+
+void RunOnRanks(int world, const std::function<void(Communicator&)>& body) {
+  InProcessWorld w(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&body, r, comm = w.communicator(r)] {
+      try {
+        body(*comm);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// A schedule applied collectively keeps every rank on the single-process trajectory.
+TEST(SetOptimizerDistributed, ScheduleMatchesTheSingleProcessEngine) {
+  RunOnRanks(3, [](Communicator& comm) {
+    const std::vector<float> x0 = UniformStart(12, 8, -0.5, 0.5);
+    const Optimizer opt = Adam{.lr = 1e-2};
+    DistributedOptions dist;
+    dist.hash_interval = 1;
+    DistributedEngine engine(x0, opt, WithN(5, 1), comm, dist);
+    Engine reference(x0, opt, WithN(5, 1));
+    const problems::Rosenbrock f;
+    for (int t = 0; t < 6; ++t) {
+      engine.set_optimizer(Adam{.lr = ScheduledLr(1e-2, t)});
+      Batch& b = engine.ask();
+      for (int i : engine.my_points()) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+      engine.tell(b);
+    }
+    RunScheduled(reference, opt, 0, 6);
+    EXPECT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
+  });
+}
+
+// Ranks that disagree all throw, naming the odd rank, and keep the old values.
+TEST(SetOptimizerDistributed, DisagreeingRanksAllThrowAndKeepTheOldValues) {
+  RunOnRanks(3, [](Communicator& comm) {
+    const Optimizer opt = Adam{.lr = 1e-2};
+    DistributedEngine engine(UniformStart(12, 8), opt, WithN(4), comm);
+    const double lr = comm.rank() == 2 ? 1e-3 : 5e-3;
+    try {
+      engine.set_optimizer(Adam{.lr = lr});
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted disagreeing hyperparameters";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine.engine().optimizer(), opt);
+    // A refusal on one rank (a bad value there) reaches every rank too.
+    try {
+      engine.set_optimizer(Adam{.lr = comm.rank() == 1 ? -1.0 : 5e-3});
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted a refused value";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("lr"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine.engine().optimizer(), opt);
+  });
+}
+
+}  // namespace
