@@ -93,6 +93,14 @@ void Engine::set_optimizer(const Optimizer& optimizer) {
       throw std::invalid_argument(msg.str());
     }
   }
+  if (const auto* adam = std::get_if<Adam>(&optimizer);
+      adam && adam->decoupled_weight_decay != std::get<Adam>(optimizer_).decoupled_weight_decay) {
+    throw std::invalid_argument(std::string("decoupled_weight_decay: ") +
+                                (adam->decoupled_weight_decay ? "AdamW" : "Adam") +
+                                " cannot replace " +
+                                (adam->decoupled_weight_decay ? "Adam" : "AdamW") +
+                                " (a different algorithm); start a new engine");
+  }
   backend_->set_optimizer(optimizer);
   optimizer_ = optimizer;
 }
@@ -173,7 +181,22 @@ Batch& Engine::ask() {
   return batch_;
 }
 
+std::vector<int> Engine::nonfinite_points(Batch& batch) {
+  check_pending_batch(batch);
+  backend_->check_gradients(batch, finite_);
+  std::vector<int> points;
+  for (int i = 0; i < batch.size(); ++i) {
+    if (!finite_[static_cast<std::size_t>(i)] || !std::isfinite(batch.loss(i))) points.push_back(i);
+  }
+  return points;
+}
+
 const IterationInfo& Engine::tell(Batch& batch) {
+  check_pending_batch(batch);
+  return commit(batch);
+}
+
+void Engine::check_pending_batch(const Batch& batch) const {
   if (batch.owner_ != id_) {
     throw std::invalid_argument("batch: it was returned by another engine's ask()");
   }
@@ -186,7 +209,6 @@ const IterationInfo& Engine::tell(Batch& batch) {
                                 std::to_string(batch.iteration_) + ", the pending iteration is " +
                                 std::to_string(iteration_));
   }
-  return commit(batch);
 }
 
 const IterationInfo& Engine::tell(std::span<const float> gradients,

@@ -578,6 +578,30 @@ TEST(EngineNonFinite, ADroppedMiddlePairStaysOutOfTheHistory) {
   }
 }
 
+// nonfinite_points names exactly the points tell() would drop, and changes nothing.
+TEST(EngineNonFinite, NonFinitePointsNamesWhatTellWouldDrop) {
+  const Quartic f;
+  const std::vector<float> x0 = UniformStart(10, 14);
+  Engine engine(x0, Adam{.lr = 0.02}, WithN(4));
+  Engine twin(x0, Adam{.lr = 0.02}, WithN(4));
+  Iterate(engine, f);
+  Iterate(twin, f);
+  Batch& b = engine.ask();
+  Evaluate(f, b);
+  EXPECT_TRUE(engine.nonfinite_points(b).empty());
+  b.grad(1)[9] = std::numeric_limits<float>::infinity();
+  b.loss(2) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(engine.nonfinite_points(b), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(engine.pending());
+  twin.ask();
+  EXPECT_TRUE(optex::test::SameEngine(engine, twin));
+  EXPECT_EQ(engine.tell(b).dropped, 2);
+
+  Engine other(x0, Adam{.lr = 0.02}, WithN(4));
+  EXPECT_THROW(other.nonfinite_points(b), std::invalid_argument);  // another engine's batch
+  EXPECT_THROW(engine.nonfinite_points(b), std::runtime_error);    // nothing pending
+}
+
 // When the last point is non-finite the commit steps from the last finite point,
 // with the optimizer state replayed up to it.
 TEST(EngineNonFinite, ANonFiniteLastPointCommitsFromTheLastFiniteOne) {

@@ -138,6 +138,20 @@ TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
   expect_refused(Sgd{.lr = -1.0}, "lr: must be finite and > 0, got -1", false);
   expect_refused(Adam{.lr = 1e-2}, "optimizer: adam cannot replace sgd", false);
   expect_refused(Sgd{.lr = 1e-2, .momentum = 0.9}, "momentum: 0.9 cannot replace 0", false);
+  Engine adam(x0, Adam{}, WithN(2));
+  EXPECT_THROW(
+      {
+        try {
+          adam.set_optimizer(adamw());
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("decoupled_weight_decay: AdamW cannot replace Adam"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      std::invalid_argument);
+  EXPECT_EQ(adam.optimizer(), Optimizer(Adam{}));
 
   const problems::Rosenbrock f;
   for (Engine* e : {&engine, &twin}) {

@@ -72,6 +72,12 @@ class Engine {
   // unchanged after any throw.
   const IterationInfo& tell(Batch& batch);
 
+  // The points of the pending batch whose gradient row or loss is not finite
+  // (tell() would drop them), in order. On a device engine the rows are
+  // checked where they live. For callers that refuse such points instead.
+  // Throws like tell() for a foreign or stale batch; changes nothing.
+  std::vector<int> nonfinite_points(Batch& batch);
+
   // The same, from flat arrays: gradients N x d row-major, losses N.
   const IterationInfo& tell(std::span<const float> gradients, std::span<const double> losses);
 
@@ -119,6 +125,8 @@ class Engine {
  private:
   friend struct CheckpointAccess;
   void refit_if_needed();
+  // Throws unless `batch` is this engine's pending batch.
+  void check_pending_batch(const Batch& batch) const;
   const IterationInfo& commit(Batch& batch);
 
   Options options_;
