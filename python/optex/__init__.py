@@ -23,6 +23,7 @@ from .minimize import OptimizeResult, minimize
 from ._optex import (
     Adam,
     AdamW,
+    DeviceArray,
     IterationInfo,
     OptEx,
     Options,
@@ -35,6 +36,7 @@ from ._optex import (
 __all__ = [
     "Adam",
     "AdamW",
+    "DeviceArray",
     "IterationInfo",
     "OptEx",
     "OptimizeResult",

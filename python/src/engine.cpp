@@ -13,6 +13,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "dlpack.hpp"
 #include "names.hpp"
 #include "optex/engine.hpp"
 #include "optimizers.hpp"
@@ -214,6 +215,89 @@ py::array ask(const py::object& self_obj) {
   return view;
 }
 
+// ---- zero-copy rows (DLPack) ----------------------------------------------------
+
+DeviceArray device_points(const py::object& self_obj) {
+  auto& self = self_obj.cast<PyOptEx&>();
+  DeviceArray a;
+  {
+    PyOptEx::Exclusive busy(self, "device_points");
+    py::gil_scoped_release release;
+    const Batch& batch = self.engine().ask();
+    a.data = const_cast<float*>(batch.device_points());  // exported read-only by contract
+    a.rows = static_cast<std::size_t>(batch.size());
+    a.cols = batch.dim();
+    a.device = batch.device();
+  }
+  a.owner = self_obj;
+  return a;
+}
+
+DeviceArray device_grads(const py::object& self_obj) {
+  auto& self = self_obj.cast<PyOptEx&>();
+  PyOptEx::Exclusive busy(self, "device_grads");
+  Engine& engine = self.engine();
+  if (!engine.pending()) throw no_pending_batch("device_grads", engine);
+  Batch& batch = engine.ask();  // the pending batch: no work
+  DeviceArray a;
+  a.data = batch.device_grads();
+  a.rows = static_cast<std::size_t>(batch.size());
+  a.cols = batch.dim();
+  a.device = batch.device();
+  a.writable = true;
+  a.owner = self_obj;
+  return a;
+}
+
+DeviceArray device_iterate(const py::object& self_obj) {
+  auto& self = self_obj.cast<PyOptEx&>();
+  DeviceArray a;
+  {
+    PyOptEx::Exclusive busy(self, "device_x");
+    py::gil_scoped_release release;
+    a.data = const_cast<float*>(self.engine().device_iterate());  // read-only by contract
+  }
+  a.cols = self.engine().dim();
+  a.ndim = 1;
+  a.device = self.engine().device();
+  a.owner = self_obj;
+  return a;
+}
+
+// tell() for gradients written straight into device_grads().
+Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
+  PyOptEx::Exclusive busy(self, "tell_device");
+  Engine& engine = self.engine();
+  if (!engine.pending()) throw no_pending_batch("tell_device", engine);
+  const auto n = static_cast<std::size_t>(engine.options().parallelism);
+  const py::array losses = float_array(losses_arg, "losses");
+  require_shape(losses, "losses", {n});
+  require_c_contiguous(losses, "losses");
+  std::vector<double> values(n);
+  if (is_float32(losses)) {
+    widen_to_float64(values_of<float>(losses), values);
+  } else {
+    const auto given = values_of<double>(losses);
+    std::copy(given.begin(), given.end(), values.begin());
+  }
+  if (!drop_nonfinite) require_finite(std::span<const double>(values), "losses", 0, kTellHint);
+  Batch& batch = engine.ask();  // the pending batch: no work
+  py::gil_scoped_release release;
+  const std::vector<double> before(batch.losses().begin(), batch.losses().end());
+  std::copy(values.begin(), values.end(), batch.losses().begin());
+  if (!drop_nonfinite) {
+    const std::vector<int> bad = engine.nonfinite_points(batch);
+    if (!bad.empty()) {
+      std::copy(before.begin(), before.end(), batch.losses().begin());
+      std::string rows;
+      for (const int i : bad) rows += (rows.empty() ? "" : ", ") + std::to_string(i);
+      throw std::invalid_argument("grads: the gradient rows of points " + rows +
+                                  " (written through device_grads()) are not finite" + kTellHint);
+    }
+  }
+  return Info(engine.tell(batch));
+}
+
 template <class T>
 py::array_t<T> copy_of(std::span<const T> values) {
   py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
@@ -347,6 +431,41 @@ history and commits from the last finite point (RuntimeError if none is
 finite). Returns an optex.IterationInfo. The engine is unchanged after any
 error, and the batch stays pending.
 )doc");
+  cls.def("device_points", &device_points,
+          R"doc(device_points(self) -> DeviceArray
+
+The N points of this iteration where the engine keeps them (GPU memory on a
+CUDA engine, host memory otherwise), as an optex.DeviceArray for
+torch.from_dlpack / cupy.from_dlpack: no copy, and nothing crosses to the host.
+Asks like ask() (the same pending batch until tell). Read-only by contract:
+the engine's proxy trajectory would no longer match a point changed through it.
+)doc");
+  cls.def("device_grads", &device_grads,
+          R"doc(device_grads(self) -> DeviceArray
+
+The pending batch's (N, d) gradient rows where the engine keeps them, writable:
+write each point's gradient into its row (e.g. torch.from_dlpack(rows)[i].copy_(g)),
+then commit with tell_device(losses). On a GPU, finish the writes (synchronise
+their stream) before tell_device. RuntimeError without a pending ask().
+)doc");
+  cls.def("device_x", &device_iterate,
+          R"doc(device_x(self) -> DeviceArray
+
+The current iterate where the engine keeps it, a (d,) optex.DeviceArray (no
+copy; complete on return). Read-only by contract; the memory holds this
+iterate until the next tell() or tell_device().
+)doc");
+  cls.def(
+      "tell_device", &tell_device, py::arg("losses"), py::kw_only(),
+      py::arg("drop_nonfinite") = false,
+      R"doc(tell_device(self, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo
+
+Commits the pending batch with the gradients already written into
+device_grads() and the (N,) losses (float32 or float64). A non-finite loss or
+gradient row raises ValueError naming the points (the rows are checked where
+they live), unless drop_nonfinite=True, as for tell(). The engine is unchanged
+after any error, and the batch stays pending.
+)doc");
   cls.def(
       "set_gradient_oracle",
       [](PyOptEx& self, py::object fn) {
@@ -370,6 +489,22 @@ a float32 (d,) array, grad a float32 or float64 (d,) array-like. fn is called
 from inside ask(). None removes it. Not needed for proxy='gp'.
 )doc");
 
+  cls.def(
+      "set_optimizer",
+      [](PyOptEx& self, py::handle optimizer) {
+        const Optimizer opt = optimizer_from_python(optimizer, "optimizer");
+        PyOptEx::Exclusive busy(self, "set_optimizer");
+        self.engine().set_optimizer(opt);
+      },
+      py::arg("optimizer"), R"doc(set_optimizer(self, optimizer: Sgd | Adam | AdamW) -> None
+
+New hyperparameters from the next ask() on, keeping the optimizer state
+(moments, step count): a learning-rate schedule. The optimizer must be of the
+same class as the engine's, and SGD momentum cannot switch between zero and
+non-zero (ValueError naming the setting); RuntimeError between ask() and
+tell(). The engine is unchanged after any error. Checkpoints store the values
+in force.
+)doc");
   cls.def(
       "save",
       [](PyOptEx& self, py::handle path) {

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.hpp"
+#include "dlpack.hpp"
 #include "optex/device.hpp"
 #include "optex/version.hpp"
 
@@ -18,6 +19,7 @@ PYBIND11_MODULE(_optex, m) {
   // Classes before the functions whose signatures name them.
   register_optimizers(m);
   register_options(m);
+  register_device_array(m);
   register_engine(m);
   py::module_ problems = m.def_submodule("problems", "The shipped test problems.");
   register_problems(problems);

@@ -43,6 +43,20 @@ def test_ask_is_a_read_only_view_of_the_host_copy() -> None:
     assert np.array_equal(second[0], opt.x)
 
 
+def test_device_rows_live_on_the_gpu() -> None:
+    f = problems.Rosenbrock()
+    opt = optex.OptEx(f.standard_start(100), optimizer=optex.Adam(lr=1e-2), parallelism=4,
+                      device="cuda")
+    points = opt.device_points()
+    assert points.device == "cuda:0" and points.__dlpack_device__() == (2, 0)
+    assert points.shape == (4, 100) and not points.writable
+    grads = opt.device_grads()
+    assert grads.device == "cuda:0" and grads.writable
+    assert opt.device_x().__dlpack_device__() == (2, 0)
+    with pytest.raises(BufferError, match="dl_device"):
+        points.__dlpack__(dl_device=(1, 0))
+
+
 def test_parallelism_one_matches_the_cpu_bit_for_bit() -> None:
     # N = 1: one elementwise update per iteration, compiled without FMA on both
     # sides (tests/test_cuda.cpp, test 1).
