@@ -152,12 +152,17 @@ class OptEx(torch.optim.Optimizer):
     **Param groups.** The engine runs ONE base optimizer over the whole
     vector, so every param group must have the same hyperparameters (``lr``
     and the others of the chosen optimizer); a group that differs raises
-    ValueError naming the group and the setting. Groups still work for
+    ValueError naming the group and the setting (per-group values, such as
+    no weight decay on biases, are not supported). Groups still work for
     organising parameters. ``add_param_group`` works until the first
     ``step``; afterwards the engine's dimension is fixed and it raises
-    RuntimeError. Changing a hyperparameter after the first step (an LR
-    scheduler) raises RuntimeError at the next ``step``: the compiled engine
-    has no way yet to change its optimizer during a run.
+    RuntimeError.
+
+    **LR schedulers.** Hyperparameters changed between steps (by a
+    ``torch.optim.lr_scheduler``, or by hand in every group alike) take
+    effect at the next ``step``, and the engine keeps its state (moments,
+    step count, history), as ``optex.OptEx.set_optimizer``. SGD momentum
+    cannot switch between zero and non-zero during a run (ValueError).
 
     **The iterate belongs to the engine.** The engine is created at the first
     ``step`` from the parameters' values then (so weights loaded after the
@@ -192,10 +197,13 @@ class OptEx(torch.optim.Optimizer):
     under DistributedDataParallel).
 
     **CUDA.** With parameters on a GPU and ``optex.built_with_cuda()``, the
-    engine runs on that GPU. The compiled module exchanges points and
-    gradients through host arrays, so each round copies the N points to the
-    device and the N gradients to the host (pinned buffers); zero-copy
-    exchange would need device views of the engine's batch rows.
+    engine runs on that GPU, and ``step`` wraps the engine's own point and
+    gradient rows with DLPack (``optex.OptEx.device_points`` /
+    ``device_grads``): points, gradients and the iterate stay in GPU memory,
+    and nothing of size d crosses to the host (under torch.distributed with
+    a CPU backend such as gloo, the gathered gradients do). Without the CUDA
+    backend the engine runs on the host and the parameters are copied each
+    way.
 
     ``drop_nonfinite=True`` lets the engine drop points whose loss or
     gradient is not finite (otherwise ``step`` raises ValueError and the
@@ -549,7 +557,8 @@ class OptEx(torch.optim.Optimizer):
         return torch.device("cpu")
 
     def _agree(self, optimizer: Sgd | Adam | AdamW, options: Options, dim: int) -> None:
-        """At engine creation: every rank has the same optimizer, options and dimension."""
+        """At engine creation and when the hyperparameters change: every rank has the
+        same optimizer, options and dimension."""
         text = f"{optimizer!r}|{_options_key(options)}|{dim}"
         digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "little")
         mine = torch.tensor([digest], dtype=torch.int64, device=self._comm_device())
@@ -580,6 +589,20 @@ class OptEx(torch.optim.Optimizer):
             self._write_params(x0)
         self._engine = _Engine(x0.cpu().numpy(), optimizer, options)
         self._iterate = x0
+
+    def _follow_schedule(self, optimizer: Sgd | Adam | AdamW) -> None:
+        """The groups' hyperparameters changed since the last step (an LR scheduler):
+        the engine takes them and keeps its state."""
+        assert self._engine is not None
+        if self._is_distributed():
+            self._agree(optimizer, self._engine.options, self._engine.dim)
+        try:
+            self._engine.set_optimizer(optimizer)
+        except ValueError as error:
+            raise ValueError(
+                f"step: the hyperparameters changed to {optimizer!r}, which the running engine "
+                f"({self._engine.optimizer!r}) cannot take: {error}"
+            ) from None
 
     def _check_iterate(self) -> None:
         """The parameters still hold the committed iterate."""
@@ -662,31 +685,28 @@ class OptEx(torch.optim.Optimizer):
         if self._engine is None:
             self._create_engine(optimizer)
         else:
-            if optimizer != self._engine.optimizer:
-                raise RuntimeError(
-                    f"step: the hyperparameters changed after the first step ({optimizer!r}, the "
-                    f"engine runs {self._engine.optimizer!r}); the OptEx engine cannot change its "
-                    "optimizer during a run, so LR schedulers are not supported yet"
-                )
             self._check_iterate()
+            if optimizer != self._engine.optimizer:
+                self._follow_schedule(optimizer)
         engine = self._engine
         assert engine is not None and self._iterate is not None
         n, d = engine.parallelism, engine.dim
         dev = self._param_device()
         host = torch.device("cpu")
 
+        # The engine's own point and gradient rows, wrapped without a copy
+        # (DLPack): on a CUDA engine they stay in GPU memory.
         target = engine.options.proxy == "target"
         if target:
             run_seed = int(engine.options.seed)
             engine.set_gradient_oracle(lambda x: self._oracle(closure, run_seed, x))
         try:
-            asked = engine.ask()
+            points = torch.from_dlpack(engine.device_points())
         finally:
             if target:
                 engine.set_gradient_oracle(None)
+        rows = torch.from_dlpack(engine.device_grads())
         seeds = engine.seeds
-        points = self._buffer("points", (n, d), torch.float32, host)
-        points.numpy()[...] = asked
 
         distributed = self._is_distributed()
         if distributed:
@@ -701,9 +721,9 @@ class OptEx(torch.optim.Optimizer):
             grads_local = self._buffer("grads_local", (width, d), torch.float32, comm_dev)
             losses_local = torch.zeros(width + 1, dtype=torch.float64, device=comm_dev)
         else:
-            grads_local = self._buffer("grads", (n, d), torch.float32, host)
+            grads_local = rows
             losses_local = torch.zeros(n + 1, dtype=torch.float64)
-        scratch_point = self._buffer("point", (d,), torch.float32, dev) if dev.type != "cpu" else None
+        scratch_point = self._buffer("point", (d,), torch.float32, dev) if points.device != dev else None
         scratch_grad = (self._buffer("grad", (d,), torch.float32, dev)
                         if grads_local.device != dev else None)
 
@@ -733,14 +753,16 @@ class OptEx(torch.optim.Optimizer):
             self._write_params(self._iterate)
 
         if distributed:
-            grads, losses = self._gather(grads_local, losses_local, n, d, world, width, failure)
+            losses = self._gather(grads_local, losses_local, rows, world, width, failure)
         else:
-            grads, losses = grads_local, losses_local[:n]
-        info = engine.tell(grads.numpy(), losses.numpy(), drop_nonfinite=self._drop_nonfinite)
+            losses = losses_local[:n]
+        if rows.device.type == "cuda":
+            torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
+        info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite)
         self._last_info = info
 
-        x = torch.from_numpy(engine.x)
-        self._iterate = x.to(dev) if dev.type != "cpu" else x
+        # A copy: the engine rewrites its iterate in place at the next commit.
+        self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
         self._write_params(self._iterate)
 
         c = info.committed_point
@@ -752,10 +774,12 @@ class OptEx(torch.optim.Optimizer):
             return value
         return torch.tensor(value, dtype=like.dtype, device=like.device)
 
-    def _gather(self, grads_local: torch.Tensor, losses_local: torch.Tensor, n: int, d: int,
-                world: int, width: int, failure: BaseException | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """All-gathers the ranks' losses (with a failure flag) and gradients; returns the
-        full (N, d) float32 and (N,) float64 host tensors in point order."""
+    def _gather(self, grads_local: torch.Tensor, losses_local: torch.Tensor, rows: torch.Tensor,
+                world: int, width: int, failure: BaseException | None) -> torch.Tensor:
+        """All-gathers the ranks' losses (with a failure flag) and gradients; writes the
+        gradients into the engine's (N, d) rows in point order and returns the (N,)
+        float64 host losses."""
+        n = rows.shape[0]
         gathered_losses = [torch.empty_like(losses_local) for _ in range(world)]
         _dist.all_gather(gathered_losses, losses_local, group=self._group)
         failed = [(r, int(t[width].item()) - 1) for r, t in enumerate(gathered_losses)
@@ -769,15 +793,14 @@ class OptEx(torch.optim.Optimizer):
             raise RuntimeError(message)
         gathered_grads = [torch.empty_like(grads_local) for _ in range(world)]
         _dist.all_gather(gathered_grads, grads_local, group=self._group)
-        grads = self._buffer("grads", (n, d), torch.float32, torch.device("cpu"))
         losses = torch.empty(n, dtype=torch.float64)
         for r in range(world):
             block = _block(n, world, r)
             if len(block) == 0:
                 continue
-            grads[block.start:block.stop].copy_(gathered_grads[r][:len(block)])
+            rows[block.start:block.stop].copy_(gathered_grads[r][:len(block)])
             losses[block.start:block.stop].copy_(gathered_losses[r][:len(block)])
-        return grads, losses
+        return losses
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -62,13 +62,17 @@ def flat(params) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params])
 
 
-def manual_run(params: list[torch.Tensor], loss_fn, steps: int, optimizer, **options) -> optex.OptEx:
+def manual_run(params: list[torch.Tensor], loss_fn, steps: int, optimizer, schedule=None,
+               **options) -> optex.OptEx:
     """The reference: optex.OptEx ask/tell on the flattened parameters (in the given
-    order), evaluating each point by writing it into the parameters."""
+    order), evaluating each point by writing it into the parameters. `schedule(t)`,
+    when given, is the optimizer of step t (set with set_optimizer)."""
     device = params[0].device
     engine = optex.OptEx(flat(params).cpu().numpy(), optimizer=optimizer, **options)
     sizes = [p.numel() for p in params]
-    for _ in range(steps):
+    for t in range(steps):
+        if schedule is not None:
+            engine.set_optimizer(schedule(t))
         points = engine.ask()
         n, d = points.shape
         grads = np.empty((n, d), np.float32)
@@ -288,18 +292,58 @@ def test_parameters_changed_outside_step_raise() -> None:
     assert opt.engine.iteration == 2
 
 
-def test_changing_the_learning_rate_after_the_first_step_raises() -> None:
+def test_an_lr_scheduler_equals_set_optimizer_in_the_manual_loop_bit_for_bit() -> None:
     data = make_data()
     model = make_model()
-    opt = OptEx(model.parameters(), lr=0.01, parallelism=2)
+    opt = OptEx(model.parameters(), lr=0.01, parallelism=3, history=8, seed=2)
     closure = closure_for(opt, model, data)
-    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(6):
+        opt.step(closure)
+        scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.01 / 8
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 6,
+                        optex.Adam(lr=0.01), schedule=lambda t: optex.Adam(lr=0.01 * 0.5 ** (t // 2)),
+                        parallelism=3, history=8, seed=2)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+    assert opt.engine.optimizer == optex.Adam(lr=0.01 / 4)  # the last step's value
+
+
+def test_an_lr_scheduler_with_parallelism_one_follows_torch_optim() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer="sgd", lr=0.05, momentum=0.9, parallelism=1)
+    closure = closure_for(opt, model, data)
+    theirs = make_model()
+    torch_opt = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10) for o in (opt, torch_opt)]
+    for _ in range(10):
+        opt.step(closure)
+        torch_opt.zero_grad()
+        loss_of(theirs, data).backward()
+        torch_opt.step()
+        for s in schedulers:
+            s.step()
+    torch.testing.assert_close(flat(model.parameters()), flat(theirs.parameters()), rtol=0.0, atol=1e-5)
+
+
+def test_a_hyperparameter_the_engine_cannot_take_raises_and_changes_nothing() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer="sgd", lr=0.01, parallelism=2)
+    closure = closure_for(opt, model, data)
     opt.step(closure)
-    scheduler.step()
-    assert opt.param_groups[0]["lr"] == 0.005
-    with pytest.raises(RuntimeError, match="hyperparameters changed.*LR schedulers"):
+    before = bits(flat(model.parameters()))
+    opt.param_groups[0]["momentum"] = 0.9  # the momentum buffer would appear mid-run
+    with pytest.raises(ValueError, match="momentum: 0.9 cannot replace 0"):
         opt.step(closure)
     assert opt.engine.iteration == 1 and not opt.engine.pending
+    assert bits(flat(model.parameters())) == before
+    opt.param_groups[0]["momentum"] = 0.0
+    opt.step(closure)
+    assert opt.engine.iteration == 2
 
 
 def test_float64_parameters_hold_the_float32_iterate() -> None:
@@ -694,6 +738,10 @@ def _cuda_run(device_option: str | None):
 def test_cuda_parameters_run_the_engine_on_their_gpu() -> None:
     opt = _cuda_run(None)
     assert opt.engine.options.device == f"cuda:{torch.cuda.current_device()}"
+    # The engine's iterate is in GPU memory, wrapped without a copy.
+    x = torch.from_dlpack(opt.engine.device_x())
+    assert x.device.type == "cuda" and x.data_ptr() != 0
+    assert bits(x) == opt.engine.x.tobytes()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device visible to torch")
