@@ -5,7 +5,7 @@
 #      the find_package install test with the README quickstart),
 #   3. the C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (CPU build: the sanitizers do not instrument device code),
-#   4. the Python package: `pip install .[test]` into .venv (the wheel build
+#   4. the Python package: `pip install .[test,bench]` into .venv (the wheel build
 #      with scikit-build-core), then pytest, bit for bit against the C++ engine
 #      through the reference program built in step 2.
 set -euo pipefail
@@ -39,7 +39,7 @@ cmake --build build-sanitize -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -LE install
 
-echo "== Python package: pip install .[test] into .venv, pytest"
+echo "== Python package: pip install .[test,bench] into .venv, pytest"
 python_start=$SECONDS
 # A virtual environment of our own (git-ignored), made again if it is broken.
 if ! .venv/bin/python -c "import sys" 2>/dev/null; then
@@ -51,7 +51,9 @@ fi
 wheel_cmake=("${cuda[@]/#-D/cmake.define.}")
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" .venv/bin/python -m pip install --quiet \
   "${wheel_cmake[@]/#/--config-settings=}" --config-settings=cmake.define.OPTEX_WARNINGS_AS_ERRORS=ON \
-  ".[test]"
+  ".[test,bench]"
+# The C++ programs some tests drive: the reference trajectory and optex-bench.
 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
+  OPTEX_BENCH="$PWD/build/bench/optex-bench" \
   .venv/bin/python -m pytest tests/python -q -p no:cacheprovider -rs
 echo "Python step: $((SECONDS - python_start)) s"

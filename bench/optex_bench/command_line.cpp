@@ -1,0 +1,219 @@
+#include "command_line.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <iostream>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include "methods.hpp"
+#include "presets.hpp"
+#include "report.hpp"
+
+namespace optex_bench {
+namespace {
+
+// A flag's value that fails its check: "--dim: must be a positive integer, got '-3'".
+[[noreturn]] void reject(std::string_view flag, const std::string& value,
+                         std::string_view requirement) {
+  throw std::invalid_argument(std::string(flag) + ": " + std::string(requirement) + ", got '" +
+                              value + "'");
+}
+
+// Accepts "100000" and "1e5" alike.
+double parse_real(std::string_view flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0.0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    reject(flag, text, "must be a number");
+  }
+  if (used != text.size() || !std::isfinite(v)) reject(flag, text, "must be a finite number");
+  return v;
+}
+
+long long parse_integer(std::string_view flag, const std::string& text, long long lowest,
+                        long long highest) {
+  const double v = parse_real(flag, text);
+  if (v != std::floor(v) || v < static_cast<double>(lowest) || v > static_cast<double>(highest)) {
+    reject(
+        flag, text,
+        "must be an integer in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+  }
+  return static_cast<long long>(v);
+}
+
+// The raw text of every flag; applied on top of the preset only when given.
+struct RawFlags {
+  std::string preset = "default";
+  std::vector<std::string> problems, parallelism, methods;
+  std::string dim, iterations, optimizer, lr, seeds, tuning_seeds, noise, clip, target_loss,
+      lr_grid;
+  bool rotated = false;
+};
+
+Settings resolve(const CLI::App& app, const RawFlags& raw) {
+  Settings s;
+  try {
+    s = preset_settings(raw.preset);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--preset: ") + e.what());
+  }
+  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  if (given("--problem")) {
+    if (raw.problems.empty()) reject("--problem", "", "needs at least one problem name");
+    s.problems = raw.problems;
+  }
+  if (given("--dim"))
+    s.dim = static_cast<std::size_t>(parse_integer("--dim", raw.dim, 1, 1'000'000'000));
+  if (given("--parallelism")) {
+    s.parallelism.clear();
+    for (const std::string& n : raw.parallelism) {
+      s.parallelism.push_back(static_cast<int>(parse_integer("--parallelism", n, 1, 1024)));
+    }
+    if (s.parallelism.empty()) reject("--parallelism", "", "needs at least one value");
+  }
+  if (given("--iterations")) {
+    s.iterations = static_cast<int>(parse_integer("--iterations", raw.iterations, 1, 10'000'000));
+  }
+  if (given("--optimizer")) {
+    if (raw.optimizer != "adam" && raw.optimizer != "sgd") {
+      reject("--optimizer", raw.optimizer, "must be adam or sgd");
+    }
+    s.optimizer = raw.optimizer;
+  }
+  if (given("--lr")) {
+    s.lr = parse_real("--lr", raw.lr);
+    if (!(s.lr > 0.0)) reject("--lr", raw.lr, "must be > 0");
+  }
+  if (given("--seeds")) {
+    s.seeds = static_cast<int>(parse_integer("--seeds", raw.seeds, 1, kFirstTuningSeed));
+  }
+  if (given("--tuning-seeds")) {
+    s.tuning_seeds = static_cast<int>(parse_integer("--tuning-seeds", raw.tuning_seeds, 0, 1000));
+  }
+  if (given("--noise")) {
+    s.noise = parse_real("--noise", raw.noise);
+    if (s.noise < 0.0) reject("--noise", raw.noise, "must be >= 0");
+  }
+  if (given("--rotated")) s.rotated = raw.rotated;
+  if (given("--clip")) {
+    s.clip = parse_real("--clip", raw.clip);
+    if (s.clip < 0.0) reject("--clip", raw.clip, "must be >= 0 (0 = no clip)");
+    s.clip_by_problem.clear();  // an explicit clip applies to every problem
+  }
+  if (given("--target-loss")) s.target_loss = parse_real("--target-loss", raw.target_loss);
+  if (given("--lr-grid")) {
+    s.lr_grid.clear();
+    if (raw.lr_grid != "none") {
+      std::size_t start = 0;
+      while (start <= raw.lr_grid.size()) {
+        const auto comma = raw.lr_grid.find(',', start);
+        const std::string item = raw.lr_grid.substr(start, comma - start);
+        double factor = 0.0;
+        try {
+          factor = parse_real("--lr-grid", item);
+        } catch (const std::invalid_argument&) {
+          factor = 0.0;
+        }
+        if (!(factor > 0.0)) {
+          reject("--lr-grid", raw.lr_grid,
+                 "needs numbers > 0, comma-separated, or none ('" + item + "' is not)");
+        }
+        s.lr_grid.push_back(factor);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+  }
+  if (given("--methods")) {
+    if (raw.methods.empty()) reject("--methods", "", "needs at least one method");
+    s.methods = raw.methods;
+  }
+  return s;
+}
+
+std::string footer() {
+  std::string methods;
+  for (const std::string& m : standard_method_names()) methods += (methods.empty() ? "" : ", ") + m;
+  return "\n" + preset_help() + "\nmethods: " + methods +
+         "; engine methods take [key=value;...] overrides: history, lengthscale (a number: "
+         "fixed; loo; ml), kernel (matern12, matern32, matern52, rbf)\n"
+         "\ntarget loss, when --target-loss is not given: the median over the reported seeds "
+         "of the loss vanilla reaches at its last round, so rounds to target asks how fast "
+         "each method reaches what vanilla reaches in the budget.\n"
+         "learning rates: unless --lr-grid none, each method tries lr x each grid entry (N x "
+         "lr for vanilla_nlr) on tuning seeds 1000, 1001, ... (never reported) and keeps the "
+         "fewest median rounds to target, then the lowest median final loss.\n"
+         "loss: the noise-free loss at the committed iterate after each round, evaluated "
+         "outside the gradient budget.\n";
+}
+
+}  // namespace
+
+std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
+  CLI::App app{
+      "optex-bench: OptEx against what else N workers could do (vanilla with tuned or N x "
+      "learning rate, N x minibatch, parallel line search, the sequential target), on the "
+      "shipped test problems, over seeds",
+      "optex-bench"};
+  app.footer(footer());
+  RawFlags raw;
+  CommandLine cl;
+  app.add_option("--preset", raw.preset, "default, paper, scaling, ablation, suite or ci")
+      ->type_name("NAME");
+  app.add_option("--problem", raw.problems,
+                 "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
+                 "griewank, styblinski_tang, schwefel, each also as rotated_<name>")
+      ->delimiter(',')
+      ->type_name("LIST");
+  app.add_option("--dim", raw.dim, "dimension d (rotated problems: d <= 4096)")->type_name("INT");
+  app.add_option("--parallelism", raw.parallelism, "N, comma-separated list")
+      ->delimiter(',')
+      ->type_name("LIST");
+  app.add_option("--iterations", raw.iterations, "sequential rounds per run")->type_name("INT");
+  app.add_option("--optimizer", raw.optimizer, "adam or sgd")->type_name("NAME");
+  app.add_option("--lr", raw.lr, "base learning rate (the centre of the lr grid)")
+      ->type_name("FLOAT");
+  app.add_option("--seeds", raw.seeds, "reported seeds 0, 1, ..., this - 1")->type_name("INT");
+  app.add_option("--tuning-seeds", raw.tuning_seeds,
+                 "lr tuning seeds 1000, 1001, ... (never reported)")
+      ->type_name("INT");
+  app.add_option("--noise", raw.noise, "std of Gaussian noise on every gradient coordinate")
+      ->type_name("FLOAT");
+  app.add_flag("--rotated", raw.rotated,
+               "rotate every problem by a seeded orthogonal matrix (O(d^2) per evaluation)");
+  app.add_option("--clip", raw.clip, "gradient-norm clip on every problem (0 = none)")
+      ->type_name("FLOAT");
+  app.add_option("--target-loss", raw.target_loss,
+                 "target loss (default: vanilla's median final loss, see below)")
+      ->type_name("FLOAT");
+  app.add_option("--methods", raw.methods,
+                 "methods to compare, comma-separated (vanilla always runs)")
+      ->delimiter(',')
+      ->type_name("LIST");
+  app.add_option("--lr-grid", raw.lr_grid,
+                 "lr multiples tried on the tuning seeds, comma-separated, or none")
+      ->type_name("LIST");
+  app.add_option("--json", cl.json_path, "write records and summary as JSON (optex-bench/1)")
+      ->type_name("FILE");
+  app.add_option("--markdown", cl.markdown_path, "write the summary as a Markdown table")
+      ->type_name("FILE");
+  app.add_flag("--quiet", cl.quiet, "no progress bar on stderr, no summary table on stdout");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    cl.settings = resolve(app, raw);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "optex-bench: error: " << e.what() << "\n";
+    return 2;
+  }
+  return cl;
+}
+
+}  // namespace optex_bench

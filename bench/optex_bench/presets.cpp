@@ -1,0 +1,115 @@
+#include "presets.hpp"
+
+#include <stdexcept>
+
+#include "problem_factory.hpp"
+
+namespace optex_bench {
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names = {"default",  "paper", "scaling",
+                                                 "ablation", "suite", "ci"};
+  return names;
+}
+
+std::string preset_help() {
+  return "presets (explicit flags override them):\n"
+         "  default   sphere, d 1000, N 4, 50 rounds, Adam lr 0.01, 5 seeds, lr grid\n"
+         "  paper     the OptEx paper: sphere, rosenbrock, ackley at d 1e5, Adam lr 0.01,\n"
+         "            start U(-1, 1), 40 rounds, N 5, 5 seeds, clip 100 on rosenbrock,\n"
+         "            no lr tuning\n"
+         "  scaling   N in 1, 2, 4, 8, 16, SGD with gradient noise 1, d 1000: is the\n"
+         "            speedup near sqrt(N)?\n"
+         "  ablation  optex_default varied over history T0, lengthscale and kernel\n"
+         "  suite     every shipped problem, plain and rotated, d 500\n"
+         "  ci        a few seconds: d 50, 12 rounds, 3 seeds, N 4, sphere and rosenbrock\n";
+}
+
+Settings preset_settings(std::string_view name) {
+  Settings s;
+  s.preset = std::string(name);
+  if (name == "default") return s;
+  if (name == "paper") {
+    // The OptEx paper's synthetic experiments (Shu et al. 2024, section 6.1).
+    s.problems = {"sphere", "rosenbrock", "ackley"};
+    s.dim = 100000;
+    s.parallelism = {5};
+    s.iterations = 40;
+    s.optimizer = "adam";
+    s.lr = 0.01;
+    s.lr_grid = {};
+    s.seeds = 5;
+    s.clip_by_problem = {{"rosenbrock", 100.0}};
+    return s;
+  }
+  if (name == "scaling") {
+    // Noisy gradients are where N x minibatch helps, and where OptEx claims sqrt(N).
+    // Noise std 1 per coordinate against gradients of order 1: SGD is noise-limited.
+    s.problems = {"sphere", "styblinski_tang", "rosenbrock"};
+    s.dim = 1000;
+    s.parallelism = {1, 2, 4, 8, 16};
+    s.iterations = 60;
+    s.optimizer = "sgd";
+    s.lr = 0.01;
+    s.seeds = 5;
+    s.noise = 1.0;
+    // Plain SGD on Rosenbrock from U(-1, 1) diverges at these learning rates.
+    s.clip_by_problem = {{"rosenbrock", 100.0}};
+    return s;
+  }
+  if (name == "ablation") {
+    // Fixed lengthscales are raw distances (no input scaling): one Adam step at
+    // lr 0.01 moves about lr sqrt(d) = 1 at d = 1e4.
+    s.problems = {"sphere", "rosenbrock", "ackley"};
+    s.dim = 10000;
+    s.parallelism = {4};
+    s.iterations = 40;
+    s.lr_grid = {0.3, 1.0, 3.0};
+    s.seeds = 5;
+    s.methods = {"vanilla",
+                 "vanilla_nlr",
+                 "line_search",
+                 "target",
+                 "optex_reference",
+                 "optex_default",
+                 "optex_default[history=8]",
+                 "optex_default[history=16]",
+                 "optex_default[history=64]",
+                 "optex_default[lengthscale=0.3]",
+                 "optex_default[lengthscale=1]",
+                 "optex_default[lengthscale=3]",
+                 "optex_default[lengthscale=10]",
+                 "optex_default[lengthscale=30]",
+                 "optex_default[lengthscale=ml]",
+                 "optex_default[kernel=matern12]",
+                 "optex_default[kernel=matern32]",
+                 "optex_default[kernel=rbf]"};
+    return s;
+  }
+  if (name == "suite") {
+    // Rotation costs O(d^2) per evaluation: d 500 keeps the whole suite in minutes.
+    s.problems.clear();
+    for (const std::string& p : shipped_problem_names()) s.problems.push_back(p);
+    for (const std::string& p : shipped_problem_names()) s.problems.push_back("rotated_" + p);
+    s.dim = 500;
+    s.parallelism = {4};
+    s.iterations = 50;
+    s.seeds = 5;
+    return s;
+  }
+  if (name == "ci") {
+    s.problems = {"sphere", "rosenbrock"};
+    s.dim = 50;
+    s.parallelism = {4};
+    s.iterations = 12;
+    s.lr_grid = {0.3, 1.0, 3.0};
+    s.seeds = 3;
+    s.tuning_seeds = 1;
+    return s;
+  }
+  std::string known;
+  for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace optex_bench

@@ -1,0 +1,189 @@
+"""optex-bench, the C++ benchmark runner: its `ci` preset's output and its input checks.
+
+Runs the binary named by the environment variable OPTEX_BENCH (CI sets it to
+build/bench/optex-bench) and skips without it. Only the Python standard library and
+pytest are needed; nothing here asserts on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+BENCH = os.environ.get("OPTEX_BENCH")
+
+pytestmark = pytest.mark.skipif(
+    not BENCH,
+    reason="OPTEX_BENCH is not set: point it at the built runner (build/bench/optex-bench)",
+)
+
+STANDARD_METHODS = [
+    "vanilla",
+    "vanilla_nlr",
+    "data_parallel",
+    "line_search",
+    "target",
+    "optex_reference",
+    "optex_default",
+    "ablation_last_gradient",
+    "ablation_last_point",
+]
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BENCH, *args], capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def load_json(path: Path) -> dict:
+    """The output file; NaN or Infinity tokens (not JSON) fail the test."""
+
+    def reject(token: str) -> None:
+        raise AssertionError(f"non-JSON number {token} in {path}")
+
+    return json.loads(path.read_text(), parse_constant=reject)
+
+
+def expected_evaluations(method: str, parallelism: int, round_: int) -> int:
+    """Cumulative gradient evaluations after `round_` rounds, from each method's budget."""
+    base = method.split("[")[0]
+    if round_ == 0:
+        return 0
+    if base in ("vanilla", "vanilla_nlr", "ablation_last_point"):
+        return round_
+    if base == "line_search":
+        return parallelism * round_ + 1  # the gradient at x0, once
+    return parallelism * round_
+
+
+@pytest.fixture(scope="module")
+def ci(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("optex_bench") / "ci.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return load_json(out)
+
+
+def test_header_follows_the_shared_schema(ci: dict) -> None:
+    assert ci["schema"] == "optex-bench/1"
+    assert ci["runner"] == "optex-bench"
+    assert ci["preset"] == "ci"
+    assert ci["metric"] == "loss" and ci["goal"] == "min"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", ci["date"])
+    assert "--preset ci" in ci["command"]
+    assert ci["machine"]
+    config = ci["config"]
+    for key in ("problems", "dim", "parallelism", "iterations", "optimizer", "lr", "seeds",
+                "tuning_seeds", "noise", "rotated", "clip", "evaluations_per_round"):
+        assert key in config, key
+    assert set(config["evaluations_per_round"]) == set(STANDARD_METHODS)
+    # Tuning seeds are never reported.
+    assert not set(config["tuning_seeds"]) & set(config["seeds"])
+
+
+def test_every_method_is_present_for_every_task(ci: dict) -> None:
+    config = ci["config"]
+    expected = {
+        (task, n, method)
+        for task in config["problems"]
+        for n in config["parallelism"]
+        for method in STANDARD_METHODS
+    }
+    in_records = {(r["task"], r["parallelism"], r["method"]) for r in ci["records"]}
+    in_summary = {(s["task"], s["parallelism"], s["method"]) for s in ci["summary"]}
+    assert in_records == expected
+    assert in_summary == expected
+    assert len(ci["summary"]) == len(expected)
+
+
+def test_records_cover_every_round_of_every_seed(ci: dict) -> None:
+    config = ci["config"]
+    rounds = defaultdict(list)
+    for r in ci["records"]:
+        rounds[(r["task"], r["parallelism"], r["method"], r["seed"])].append(r["round"])
+    assert {key[3] for key in rounds} == set(config["seeds"])
+    for key, seen in rounds.items():
+        assert sorted(seen) == list(range(config["iterations"] + 1)), key
+
+
+def test_gradient_evaluations_follow_each_methods_budget(ci: dict) -> None:
+    for r in ci["records"]:
+        want = expected_evaluations(r["method"], r["parallelism"], r["round"])
+        assert r["gradient_evaluations"] == want, r
+
+
+def test_losses_and_times_are_finite(ci: dict) -> None:
+    for r in ci["records"]:
+        assert isinstance(r["loss"], (float, int)) and math.isfinite(r["loss"]), r
+        assert r["seconds"] >= 0.0, r
+    for s in ci["summary"]:
+        assert math.isfinite(s["final"]["median"]), s
+        assert s["sqrt_parallelism"] == pytest.approx(math.sqrt(s["parallelism"]))
+
+
+def test_target_reaches_the_target_no_later_than_vanilla_on_sphere(ci: dict) -> None:
+    rows = {(s["parallelism"], s["method"]): s for s in ci["summary"] if s["task"] == "sphere"}
+    for n in ci["config"]["parallelism"]:
+        vanilla = rows[(n, "vanilla")]["rounds_to_target"]["median"]
+        target = rows[(n, "target")]["rounds_to_target"]["median"]
+        assert vanilla is not None, "vanilla sets the target, so its median seed reaches it"
+        assert target is not None and target <= vanilla
+
+
+def test_deterministic_data_parallel_says_it_equals_vanilla(ci: dict) -> None:
+    assert ci["config"]["noise"] == 0
+    for s in ci["summary"]:
+        if s["method"] == "data_parallel":
+            assert "vanilla" in s.get("note", ""), s
+
+
+def test_a_method_subset_still_runs_vanilla(tmp_path: Path) -> None:
+    out = tmp_path / "subset.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "sphere", "--parallelism", "1,2",
+                     "--methods", "optex_default,line_search", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["config"]["parallelism"] == [1, 2]
+    methods = {(s["parallelism"], s["method"]) for s in data["summary"]}
+    assert methods == {(n, m) for n in (1, 2) for m in ("vanilla", "optex_default", "line_search")}
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--parallelism", "0"),
+        ("--problem", "nosuch"),
+        ("--dim", "-3"),
+        ("--iterations", "0"),
+        ("--lr", "-1"),
+        ("--lr-grid", "1,zero"),
+        ("--methods", "nosuch_method"),
+        ("--preset", "nosuch_preset"),
+        ("--noise", "-0.5"),
+    ],
+)
+def test_bad_flags_exit_non_zero_naming_the_flag_and_value(flag: str, value: str) -> None:
+    preset = [] if flag == "--preset" else ["--preset", "ci"]
+    proc = run_bench(*preset, "--quiet", flag, value)
+    assert proc.returncode != 0
+    message = proc.stderr + proc.stdout
+    assert flag in message and value in message, message
+
+
+def test_without_noise_data_parallel_is_vanilla_exactly(tmp_path: Path) -> None:
+    out = tmp_path / "deterministic.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "sphere", "--lr-grid", "none",
+                     "--methods", "data_parallel", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    losses = defaultdict(dict)
+    for r in load_json(out)["records"]:
+        losses[r["method"]][(r["seed"], r["round"])] = r["loss"]
+    assert losses["data_parallel"] == losses["vanilla"]
