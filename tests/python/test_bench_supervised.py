@@ -1,0 +1,170 @@
+"""The supervised benchmark runner (bench/python/supervised.py) on its ci preset, and its pieces.
+
+The ci preset trains softmax regression and the MLP on scikit-learn's digits with
+every method for 3 rounds from 2 seeds on 2 worker processes (seconds). Checked:
+the document's shape, every method present, each method's gradient-evaluation
+budget per round, finite losses and accuracies, records covering every round,
+the default target, and reproducibility (all but ``seconds``). Also: the models'
+gradients against finite differences, the benchmark's numpy base optimizers
+against the library's (optex.OptEx with N = 1), and the summary statistics.
+No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn", reason="the supervised runner needs scikit-learn (pip install .[bench])")
+
+import optex  # noqa: E402
+
+BENCH_PYTHON = Path(__file__).resolve().parents[2] / "bench" / "python"
+sys.path.insert(0, str(BENCH_PYTHON))
+
+import digits  # noqa: E402
+import methods  # noqa: E402
+import records  # noqa: E402
+import supervised  # noqa: E402
+
+CI = supervised.PRESETS["ci"]
+TASKS = ("digits-softmax", "digits-mlp")
+
+
+@pytest.fixture(scope="module")
+def ci_document(tmp_path_factory) -> dict:
+    """The ci preset through the command line, as its JSON file."""
+    out = tmp_path_factory.mktemp("supervised") / "supervised-ci.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH_PYTHON / "supervised.py"), "--preset", "ci", "--quiet", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def runs_of(doc: dict) -> dict[tuple, list[dict]]:
+    runs: dict[tuple, list[dict]] = {}
+    for r in doc["records"]:
+        runs.setdefault((r["task"], r["parallelism"], r["method"], r["seed"]), []).append(r)
+    return runs
+
+
+def test_document_shape(ci_document: dict) -> None:
+    doc = ci_document
+    assert doc["schema"] == "optex-bench/1"
+    assert (doc["runner"], doc["preset"], doc["metric"], doc["goal"]) == ("supervised", "ci", "loss", "min")
+    config = doc["config"]
+    assert config["batch_size"] == CI["batch_size"]
+    assert set(config["model"]) == set(TASKS)
+    assert "full training set" in config["loss"]
+    assert config["seeds"] == [0, 1] and config["tuning_seeds"] == []
+
+
+def test_every_method_covers_every_round(ci_document: dict) -> None:
+    runs = runs_of(ci_document)
+    assert set(runs) == {(t, 2, m, s) for t in TASKS for m in methods.METHODS for s in (0, 1)}
+    for key, run in runs.items():
+        assert [r["round"] for r in run] == list(range(CI["max_rounds"] + 1)), key
+        for r in run:
+            assert math.isfinite(r["loss"]) and r["loss"] > 0, key
+            assert math.isfinite(r["test_loss"]) and r["test_loss"] > 0, key
+            assert 0.0 <= r["test_accuracy"] <= 1.0, key
+        # Every method starts from the same point for a given seed.
+        assert run[0]["loss"] == runs[(key[0], 2, "vanilla", key[3])][0]["loss"]
+    # Softmax regression starts at zero: the uniform prediction, loss log(10).
+    assert runs[("digits-softmax", 2, "vanilla", 0)][0]["loss"] == pytest.approx(math.log(10))
+
+
+def test_gradient_evaluations_follow_each_method_budget(ci_document: dict) -> None:
+    for (_, n, method, _), run in runs_of(ci_document).items():
+        budget = methods.evaluations_per_round(method, n)
+        counts = [r["gradient_evaluations"] for r in run]
+        assert counts == [0] + [budget["first"] + budget["later"] * (i - 1) for i in range(1, len(run))]
+
+
+def test_summary_and_default_target(ci_document: dict) -> None:
+    summary = ci_document["summary"]
+    runs = runs_of(ci_document)
+    assert len(summary) == len(TASKS) * len(methods.METHODS)
+    for task in TASKS:
+        finals = sorted(runs[(task, 2, "vanilla", s)][-1]["loss"] for s in (0, 1))
+        assert ci_document["config"]["target"][task] == finals[1]  # the upper median of 2
+        rows = [row for row in summary if row["task"] == task]
+        assert [row["method"] for row in rows] == list(methods.METHODS)
+        vanilla = rows[0]
+        # At least half of vanilla's seeds reach the upper median, so its median is finite.
+        assert vanilla["reached"] >= 1 and vanilla["speedup_vs_vanilla"] == 1.0
+        for row in rows:
+            assert row["target"] == finals[1]
+            assert 0.0 <= row["final_test_accuracy"]["median"] <= 1.0
+
+
+def test_same_seeds_same_records(ci_document: dict) -> None:
+    again = supervised.main(["--preset", "ci", "--quiet"])
+    strip = lambda records: [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+    assert strip(again["records"]) == strip(ci_document["records"])
+
+
+@pytest.mark.parametrize("model", [digits.SoftmaxRegression(), digits.Mlp(hidden=8)], ids=repr)
+def test_model_gradient_matches_finite_differences(model) -> None:
+    x_train, y_train, _, _ = digits.load_split()
+    x, y = x_train[:20], y_train[:20]
+    params = np.random.default_rng(1).normal(0.0, 0.3, size=model.size)
+    loss, grad = model.loss_and_grad(params, x, y)
+    assert loss == pytest.approx(digits.loss_and_accuracy(model, params, x, y)[0])
+    h = 1e-6
+    numeric = np.array([(model.loss_and_grad(params + h * e, x, y)[0]
+                         - model.loss_and_grad(params - h * e, x, y)[0]) / (2 * h)
+                        for e in np.eye(model.size)])
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_minibatch_objective_is_seeded() -> None:
+    objective = digits.MinibatchObjective(digits.SoftmaxRegression(), batch_size=8)
+    params = np.zeros(objective.model.size, np.float32)
+    a, b, c = objective(params, 5), objective(params, 5), objective(params, 6)
+    assert a.loss == b.loss and np.array_equal(a.grad, b.grad)
+    assert not np.array_equal(a.grad, c.grad)
+
+
+@pytest.mark.parametrize("kind", methods.OPTIMIZERS)
+def test_numpy_base_optimizer_follows_the_library(kind: str) -> None:
+    """The baselines' numpy steps follow optex.OptEx's N = 1 trajectory (the same float32
+    formulas; equal bit for bit unless the compiler fuses multiply-adds)."""
+    rng = np.random.default_rng(0)
+    x0 = rng.normal(size=16).astype(np.float32)
+    optimizer = methods.BaseOptimizer(kind, 0.05)
+    engine = optex.OptEx(x0, optimizer.to_optex(), parallelism=1)
+    x, state = x0.copy(), optimizer.init(16)
+    # Gradients independent of x, so rounding differences cannot feed back.
+    for grad in rng.normal(size=(30, 16)).astype(np.float32):
+        engine.ask()
+        engine.tell(grad[None, :], [0.0])
+        x, state = optimizer.step(x, state, grad)
+        np.testing.assert_allclose(x, engine.x, rtol=1e-5, atol=1e-6)
+
+
+def test_line_search_direction_is_the_step_direction() -> None:
+    optimizer = methods.BaseOptimizer("adam", 0.1)
+    state = optimizer.init(4)
+    grad = np.array([1.0, -2.0, 0.5, 0.0], np.float32)
+    x = np.ones(4, np.float32)
+    stepped, _ = optimizer.step(x, state, grad)
+    _, direction = optimizer.direction(state, grad)
+    np.testing.assert_allclose(x - 0.1 * direction, stepped, rtol=1e-6)
+    np.testing.assert_allclose(methods.line_search_factors(4), [2**-1.5, 2**-0.5, 2**0.5, 2**1.5])
+
+
+def test_quartiles_count_unreached_as_infinite() -> None:
+    assert records.quartiles([1.0, 2.0, 3.0]) == {"median": 2.0, "q1": 1.5, "q3": 2.5}
+    assert records.quartiles([1.0, 2.0, math.inf]) == {"median": 2.0, "q1": 1.5, "q3": None}
+    assert records.quartiles([1.0, math.inf]) == {"median": None, "q1": None, "q3": None}
+    assert records.quartiles([]) == {"median": None, "q1": None, "q3": None}
+    assert records.json_safe({"a": [math.nan, 1.0, (math.inf,)]}) == {"a": [None, 1.0, [None]]}
