@@ -25,6 +25,7 @@ the other programs' JSON under bench/results) are skipped with a message, so
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import re
@@ -105,9 +106,16 @@ class Results:
 def read_json(path: Path) -> Any:
     """The parsed JSON of ``path``, or ResultsError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # Large results files are committed gzip-compressed (".json.gz").
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
+    except (gzip.BadGzipFile, EOFError) as error:  # before OSError: BadGzipFile is one
+        raise ResultsError(f"{path}: not a valid gzip file ({error})") from None
     except OSError as error:
         raise ResultsError(f"{path}: cannot be read ({error.strerror})") from None
     try:

@@ -10,6 +10,7 @@ matplotlib and skip without it.
 from __future__ import annotations
 
 import importlib
+import gzip
 import json
 import re
 import subprocess
@@ -90,7 +91,12 @@ def document(runner, preset, metric, summary, records):
 
 
 def write(path: Path, doc) -> Path:
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    """Writes `doc` as JSON, gzip-compressed when the name ends in .gz (as large results are)."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            json.dump(doc, f)
+    else:
+        path.write_text(json.dumps(doc), encoding="utf-8")
     return path
 
 
@@ -165,7 +171,7 @@ def files(tmp_path):
         "scaling": write(tmp_path / "optex-bench-scaling.json",
                          document("optex-bench", "scaling", "loss", scaling,
                                   records_for(scaling, "loss"))),
-        "supervised": write(tmp_path / "supervised-ci.json",
+        "supervised": write(tmp_path / "supervised-ci.json.gz",
                             document("supervised", "ci", "loss", supervised,
                                      records_for(supervised, "loss", extra=accuracy))),
         "foreign": write(tmp_path / "cpu-estimator.json", {"context": {}, "benchmarks": []}),
@@ -201,10 +207,10 @@ def file_section(text, runner, preset):
 # The report
 # --------------------------------------------------------------------------
 
-def test_report_has_a_row_for_every_task_and_method(files, tmp_path):
+def test_report_has_a_row_for_every_task_and_method(bench, files, tmp_path):
     text, _ = run_report(files, tmp_path, "--no-plots")
     for key in ("loss", "rl", "scaling", "supervised"):
-        doc = json.loads(files[key].read_text())
+        doc = bench[0].read_json(files[key])
         part = file_section(text, doc["runner"], doc["preset"])
         for e in doc["summary"]:
             rows = section(part, f"{e['task']}, N = {e['parallelism']}")
@@ -348,6 +354,14 @@ def test_missing_file_is_named(script, tmp_path):
     done = run_cli(script, missing, *extra, "--out", tmp_path / "out")
     assert done.returncode == 2
     assert f"{missing}: no such file" in done.stderr
+
+
+def test_a_corrupt_gzip_file_is_named(bench, tmp_path):
+    plots, _ = bench
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(plots.ResultsError, match="broken.json.gz: not a valid gzip file"):
+        plots.load_results([broken])
 
 
 @pytest.mark.parametrize("script", ["report.py", "plots.py"])
