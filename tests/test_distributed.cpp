@@ -12,27 +12,12 @@
 
 #include "distributed_scenarios.hpp"
 #include "optex/in_process_communicator.hpp"
+#include "run_on_ranks.hpp"
 
 namespace {
 
 using namespace optex;
 using namespace optex::test;
-
-// Runs body(rank's communicator) on `world` threads and waits for all.
-void RunOnRanks(int world, const std::function<void(Communicator&)>& body) {
-  InProcessWorld w(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&body, r, comm = w.communicator(r)] {
-      try {
-        body(*comm);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 class Distributed : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Distributed, ::testing::Values(1, 2, 3, 4),

@@ -15,6 +15,7 @@
 #include "optex/in_process_communicator.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/problems/rosenbrock.hpp"
+#include "run_on_ranks.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -162,21 +163,6 @@ TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
 }
 
 // ---- the distributed engine ---------------------------------------------------
-
-void RunOnRanks(int world, const std::function<void(Communicator&)>& body) {
-  InProcessWorld w(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&body, r, comm = w.communicator(r)] {
-      try {
-        body(*comm);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 // A schedule applied collectively keeps every rank on the single-process trajectory.
 TEST(SetOptimizerDistributed, ScheduleMatchesTheSingleProcessEngine) {
