@@ -53,18 +53,7 @@ import numpy as np
 
 import optex
 
-METHODS: tuple[str, ...] = (
-    "vanilla",
-    "vanilla_nlr",
-    "data_parallel",
-    "line_search",
-    "target",
-    "optex_reference",
-    "optex_default",
-    "ablation_last_gradient",
-    "ablation_last_point",
-)
-"""Every method, in the order the runners report them."""
+from method_names import METHODS
 
 BASELINES: tuple[str, ...] = ("vanilla_nlr", "data_parallel", "line_search")
 """The baselines at the same budget; ``speedup_vs_best_baseline`` compares with the best."""

@@ -36,22 +36,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from method_names import METHODS
+
 SCHEMA = "optex-bench/1"
 RUNNERS = ("optex-bench", "rl", "supervised")
 GOALS = {"loss": "min", "return": "max"}
 
 # The methods every runner knows, in the order tables and legends list them.
-METHOD_ORDER = (
-    "vanilla",
-    "vanilla_nlr",
-    "data_parallel",
-    "line_search",
-    "target",
-    "optex_reference",
-    "optex_default",
-    "ablation_last_gradient",
-    "ablation_last_point",
-)
+METHOD_ORDER = METHODS
 
 # One colour per method for every figure (matplotlib's tab10 palette).
 METHOD_COLOURS = {
