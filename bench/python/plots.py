@@ -455,15 +455,24 @@ def write_figures(results: Results, out_dir: Path) -> list[Path]:
     return paths
 
 
+def figure_names(data: dict) -> list[str]:
+    """The file names of every figure one results file gets."""
+    names = [curve_figure_name(data, task, p) for task, p in settings(data)]
+    if has_scaling(data):
+        names.append(speedup_figure_name(data))
+    return names
+
+
 def check_distinct_prefixes(loaded: list[Results]) -> None:
-    """Two files with the same runner, preset and date would overwrite each other's figures."""
+    """Refuses two files that would overwrite each other's figures: the same runner,
+    preset and date with a common (task, N) setting, or both with a speedup figure."""
     seen: dict[str, Path] = {}
     for results in loaded:
-        prefix = figure_prefix(results.data)
-        if prefix in seen:
-            raise ResultsError(f"{results.path}: same runner, preset and date as {seen[prefix]} "
-                               f"(figures '{prefix}-*' would collide)")
-        seen[prefix] = results.path
+        for name in figure_names(results.data):
+            if name in seen:
+                raise ResultsError(f"{results.path}: same runner, preset, date and setting as "
+                                   f"{seen[name]} (figure '{name}' would collide)")
+            seen[name] = results.path
 
 
 def main(argv: list[str] | None = None) -> int:

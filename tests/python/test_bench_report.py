@@ -356,6 +356,24 @@ def test_missing_file_is_named(script, tmp_path):
     assert f"{missing}: no such file" in done.stderr
 
 
+def test_files_of_one_preset_and_date_may_hold_different_tasks(bench, tmp_path):
+    """Separate runs of one preset on one day (one task each) coexist; the same
+    setting twice would overwrite a figure and is refused, naming both files."""
+    plots, _ = bench
+    by_task = {}
+    for e in rl_summary():
+        by_task.setdefault(e["task"], []).append(e)
+    paths = [write(tmp_path / f"rl-{task}.json",
+                   document("rl", "full", "return", rows, records_for(rows, "return")))
+             for task, rows in by_task.items()]
+    plots.check_distinct_prefixes(plots.load_results(paths))
+    again = write(tmp_path / "rl-again.json",
+                  document("rl", "full", "return", by_task["cartpole-mlp"],
+                           records_for(by_task["cartpole-mlp"], "return")))
+    with pytest.raises(plots.ResultsError, match=r"rl-again.json: .*rl-cartpole-mlp.json .*would collide"):
+        plots.check_distinct_prefixes(plots.load_results([*paths, again]))
+
+
 def test_a_corrupt_gzip_file_is_named(bench, tmp_path):
     plots, _ = bench
     broken = tmp_path / "broken.json.gz"
