@@ -475,16 +475,23 @@ def check_distinct_prefixes(loaded: list[Results]) -> None:
             seen[name] = results.path
 
 
+def load_runner_results(paths: Iterable[str | Path]) -> list[Results]:
+    """The runner results among ``paths``: at least one, with no two figures colliding
+    (ResultsError otherwise). What both command lines start from."""
+    loaded = load_results(paths)
+    if not loaded:
+        raise ResultsError("none of the given files is a benchmark runner results file")
+    check_distinct_prefixes(loaded)
+    return loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", help="results JSON files (schema optex-bench/1)")
     parser.add_argument("--out", required=True, type=Path, help="directory for the PNG files")
     args = parser.parse_args(argv)
     try:
-        loaded = load_results(args.results)
-        if not loaded:
-            raise ResultsError("none of the given files is a benchmark runner results file")
-        check_distinct_prefixes(loaded)
+        loaded = load_runner_results(args.results)
     except ResultsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

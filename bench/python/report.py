@@ -34,10 +34,9 @@ from plots import (
     Results,
     ResultsError,
     base_method,
-    check_distinct_prefixes,
     curve_figure_name,
     has_scaling,
-    load_results,
+    load_runner_results,
     method_sort_key,
     settings,
     speedup_figure_name,
@@ -546,10 +545,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not redraw the figures; link those already in --figures")
     args = parser.parse_args(argv)
     try:
-        loaded = load_results(args.results)
-        if not loaded:
-            raise ResultsError("none of the given files is a benchmark runner results file")
-        check_distinct_prefixes(loaded)
+        loaded = load_runner_results(args.results)
     except ResultsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
