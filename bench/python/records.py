@@ -151,7 +151,6 @@ def summarize(
         groups[(task, parallelism, method)].append(run)
 
     rows: list[dict[str, Any]] = []
-    median_rounds: dict[tuple[str, int, str], float] = {}
     for (task, parallelism, method), method_runs in groups.items():
         target = targets[task]
         rounds, seconds, finals = [], [], []
@@ -160,7 +159,6 @@ def summarize(
             rounds.append(math.inf if hit is None else hit["round"])
             seconds.append(math.inf if hit is None else hit["seconds"])
             finals.append(run[-1][metric])
-        median_rounds[(task, parallelism, method)] = median(rounds)
         row: dict[str, Any] = {
             "task": task,
             "parallelism": parallelism,
@@ -179,7 +177,18 @@ def summarize(
         if notes and method in notes:
             row["note"] = notes[method]
         rows.append(row)
+    add_speedups(rows)
+    return rows
 
+
+def add_speedups(rows: Sequence[dict[str, Any]]) -> None:
+    """Sets each summary row's ``speedup_vs_vanilla`` and ``speedup_vs_best_baseline`` from the
+    median rounds to the target of the rows of the same (task, parallelism); a null median
+    (the target not reached by half the seeds) counts as infinitely many rounds."""
+    median_rounds: dict[tuple[str, int, str], float] = {}
+    for row in rows:
+        value = row["rounds_to_target"]["median"]
+        median_rounds[(row["task"], row["parallelism"], row["method"])] = math.inf if value is None else value
     for row in rows:
         key = (row["task"], row["parallelism"])
         own = median_rounds[key + (row["method"],)]
@@ -188,7 +197,6 @@ def summarize(
         best_baseline = min((b for b in baselines if math.isfinite(b)), default=math.inf)
         row["speedup_vs_vanilla"] = _ratio(vanilla, own)
         row["speedup_vs_best_baseline"] = _ratio(best_baseline, own)
-    return rows
 
 
 def _ratio(reference_rounds: float, rounds: float) -> float | None:

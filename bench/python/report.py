@@ -471,7 +471,10 @@ def file_section(results: Results, figures: Path, report: Path, found: Findings)
              f"- Machine: {data['machine']}",
              f"- Command: `{data['command']}`",
              f"- Metric: {data['metric']} ({better} is better)",
-             f"- Config: `{json.dumps(data['config'], sort_keys=True)}`", ""]
+             f"- Config: `{json.dumps(data['config'], sort_keys=True)}`"]
+    if data["config"].get("note"):
+        lines.append(f"- Note: {data['config']['note']}")
+    lines.append("")
     for task, p in settings(data):
         lines += [f"### {task}, N = {p}", ""] + table(data, task, p) + [""]
         figure = figures / curve_figure_name(data, task, p)
