@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import math
 import os
+import signal
 import sys
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -204,6 +205,16 @@ def _advance(bar: Any) -> None:
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Makes SIGTERM raise SystemExit(143) in the runner's main thread.
+
+    Python's default SIGTERM kills the process at once, so ``with WorkerPool``
+    never terminates its workers and their semaphores leak (the resource
+    tracker warns). As an exception, the stop unwinds through the pool.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, presets: dict[str, dict[str, Any]]) -> None:

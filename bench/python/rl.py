@@ -195,4 +195,5 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":
+    harness.exit_cleanly_on_sigterm()
     main()

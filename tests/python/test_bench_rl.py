@@ -160,3 +160,31 @@ def test_reinforce_objective_is_seeded() -> None:
     assert not np.array_equal(a.grad, c.grad)
     assert a.grad.dtype == np.float32 and a.grad.shape == (policy.size,)
     assert np.all(np.isfinite(a.grad))
+
+
+def test_sigterm_stops_the_runner_and_its_workers_cleanly(tmp_path) -> None:
+    """SIGTERM mid-run: exit status 143, no JSON written, the worker pool's semaphores freed."""
+    import signal
+    import time
+
+    stderr_path, out = tmp_path / "stderr.txt", tmp_path / "never.json"
+    with open(stderr_path, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(BENCH_PYTHON / "rl.py"), "--preset", "ci", "--methods", "vanilla",
+             "--seeds", "1", "--max-rounds", "1000000", "--json", str(out)],
+            stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 120
+            # The progress bar appears once the pool's workers are up.
+            while "run" not in stderr_path.read_text() and time.monotonic() < deadline:
+                assert process.poll() is None, stderr_path.read_text()
+                time.sleep(0.2)
+            assert "run" in stderr_path.read_text(), "the runner did not start within 120 s"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 128 + signal.SIGTERM
+        finally:
+            if process.poll() is None:
+                process.kill()
+    text = stderr_path.read_text()
+    assert "leaked" not in text, text
+    assert not out.exists()
