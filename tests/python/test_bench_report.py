@@ -254,6 +254,21 @@ def test_runner_notes_are_stated_once(bench):
     assert not any("best baseline:" in n for n in notes)
 
 
+def test_notes_say_where_optex_reaches_the_target_in_more_or_fewer_seeds(bench):
+    _, report = bench
+    summary = [entry("acrobot-linear", 4, "data_parallel", (14, 13, None), (-98, -400, -96),
+                     seeds=10, reached=7),
+               entry("acrobot-linear", 4, "optex_default", (16, 15, 21), (-98, -99, -96),
+                     seeds=10, reached=10),
+               entry("acrobot-linear", 4, "optex_reference", (None, 46, None), (-119, -421, -99),
+                     seeds=10, reached=7)]
+    notes = report.notes(document("rl", "full", "return", summary, []))
+    assert ("acrobot-linear (N = 4): optex_default reaches the target in 10/10 seeds, the best "
+            "same-budget baseline, data_parallel, in 7/10.") in notes
+    # The same count is no news.
+    assert not any("optex_reference reaches the target" in n for n in notes)
+
+
 def test_clear_win_loss_and_overlap_are_classified(bench):
     plots, report = bench
     doc = document("optex-bench", "ci", "loss", loss_summary(), [])
