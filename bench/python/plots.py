@@ -242,10 +242,12 @@ def series_by_method(data: dict, task: str, parallelism: int, field: str
 
 def median_band(by_seed: dict[int, list[tuple[int, float]]]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """rounds, median, q1, q3 over the seeds that have a value at each round.
+    """rounds, median, q1, q3 over the seeds at each round.
 
-    A run that stopped early (for instance at the target) simply has no later
-    rounds, so late rounds are summarised over the seeds still running.
+    A run that stopped early (the RL runner stops a run at the threshold) holds
+    its last value over the later rounds: summarising only the seeds still
+    running would leave the late rounds to the runs that never reached the
+    target, and draw a method that succeeds early as collapsing.
     """
     rounds = sorted({r for points in by_seed.values() for r, _ in points})
     table = np.full((len(by_seed), len(rounds)), np.nan)
@@ -253,6 +255,9 @@ def median_band(by_seed: dict[int, list[tuple[int, float]]]
     for i, points in enumerate(by_seed.values()):
         for r, value in points:
             table[i, column[r]] = value
+        last = max((r for r, _ in points), default=None)
+        if last is not None:
+            table[i, column[last] + 1:] = table[i, column[last]]
     keep = ~np.all(np.isnan(table), axis=0)
     table = table[:, keep]
     x = np.asarray(rounds, dtype=float)[keep]

@@ -475,6 +475,16 @@ def test_report_links_the_figures_it_draws(files, tmp_path):
         assert_png(tmp_path / "docs" / target)
 
 
+def test_a_run_that_stopped_early_holds_its_last_value(bench):
+    plots, _ = bench
+    # Seed 0 reached the target at round 2 and stopped; seed 1 ran all 4 rounds at 0.
+    x, median, q1, q3 = plots.median_band({0: [(0, 0.0), (1, 5.0), (2, 10.0)],
+                                           1: [(r, 0.0) for r in range(5)]})
+    assert list(x) == [0, 1, 2, 3, 4]
+    assert list(median) == [0.0, 2.5, 5.0, 5.0, 5.0]  # not 0 from round 3 on
+    assert q1[4] == pytest.approx(2.5) and q3[4] == pytest.approx(7.5)
+
+
 def test_method_colours_are_fixed(bench):
     plots, _ = bench
     one = plots.method_styles(["vanilla", "optex_default"])
