@@ -12,10 +12,14 @@ import math
 import os
 import re
 import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "python"))
+from method_names import METHODS  # noqa: E402
 
 BENCH = os.environ.get("OPTEX_BENCH")
 
@@ -24,17 +28,8 @@ pytestmark = pytest.mark.skipif(
     reason="OPTEX_BENCH is not set: point it at the built runner (build/bench/optex-bench)",
 )
 
-STANDARD_METHODS = [
-    "vanilla",
-    "vanilla_nlr",
-    "data_parallel",
-    "line_search",
-    "target",
-    "optex_reference",
-    "optex_default",
-    "ablation_last_gradient",
-    "ablation_last_point",
-]
+# The C++ runner's methods are the names the Python tools share (bench/python/method_names.py).
+STANDARD_METHODS = list(METHODS)
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
