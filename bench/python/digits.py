@@ -23,6 +23,7 @@ import functools
 
 import numpy as np
 
+import two_layer
 from methods import Evaluation
 
 SPLIT_SEED = 0
@@ -95,7 +96,7 @@ class Mlp:
 
     @property
     def size(self) -> int:
-        return (self.n_features + 1) * self.hidden + (self.hidden + 1) * self.n_classes
+        return two_layer.size(self.n_features, self.hidden, self.n_classes)
 
     def initial_params(self, rng: np.random.Generator) -> np.ndarray:
         f, h, c = self.n_features, self.hidden, self.n_classes
@@ -103,17 +104,8 @@ class Mlp:
         w2 = rng.normal(0.0, np.sqrt(2.0 / (h + c)), size=(c, h))
         return np.concatenate([w1.ravel(), np.zeros(h), w2.ravel(), np.zeros(c)]).astype(np.float32)
 
-    def _unpack(self, params: np.ndarray):
-        p = np.asarray(params, dtype=np.float64)
-        f, h, c = self.n_features, self.hidden, self.n_classes
-        i = 0
-        w1 = p[i : i + h * f].reshape(h, f)
-        i += h * f
-        b1 = p[i : i + h]
-        i += h
-        w2 = p[i : i + c * h].reshape(c, h)
-        i += c * h
-        return w1, b1, w2, p[i : i + c]
+    def _unpack(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return two_layer.unpack(params, self.n_features, self.hidden, self.n_classes)
 
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         w1, b1, w2, b2 = self._unpack(params)

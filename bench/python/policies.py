@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+import two_layer
+
 
 def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax of a (T, A) array, shifted by the row maximum for stability."""
@@ -113,7 +115,7 @@ class MlpSoftmaxPolicy:
     @property
     def size(self) -> int:
         """Number of parameters."""
-        return (self.obs_dim + 1) * self.hidden + (self.hidden + 1) * self.n_actions
+        return two_layer.size(self.obs_dim, self.hidden, self.n_actions)
 
     def initial_params(self, rng: np.random.Generator) -> np.ndarray:
         """Glorot-like hidden weights; a small output layer so the start is nearly uniform."""
@@ -123,17 +125,7 @@ class MlpSoftmaxPolicy:
         return np.concatenate(parts).astype(np.float32)
 
     def _unpack(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        p = np.asarray(params, dtype=np.float64)
-        o, h, a = self.obs_dim, self.hidden, self.n_actions
-        i = 0
-        w1 = p[i : i + h * o].reshape(h, o)
-        i += h * o
-        b1 = p[i : i + h]
-        i += h
-        w2 = p[i : i + a * h].reshape(a, h)
-        i += a * h
-        b2 = p[i : i + a]
-        return w1, b1, w2, b2
+        return two_layer.unpack(params, self.obs_dim, self.hidden, self.n_actions)
 
     def prepare(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Unpacks once per evaluation; ``act`` takes the result."""
