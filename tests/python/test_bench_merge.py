@@ -9,7 +9,6 @@ the field, and the command line exits 2 on it. No timing is asserted.
 from __future__ import annotations
 
 import copy
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,8 @@ import pytest
 
 pytest.importorskip("gymnasium", reason="the RL runner needs gymnasium (pip install .[bench])")
 
-BENCH_PYTHON = Path(__file__).resolve().parents[2] / "bench" / "python"
+from bench_runners import BENCH_PYTHON, run_ci_preset  # noqa: E402
+
 sys.path.insert(0, str(BENCH_PYTHON))
 
 import merge  # noqa: E402
@@ -29,11 +29,7 @@ PART_B = ["data_parallel", "target"]
 
 
 def run_rl_ci(out: Path, methods: list[str]) -> Path:
-    done = subprocess.run(
-        [sys.executable, str(BENCH_PYTHON / "rl.py"), "--preset", "ci", "--quiet", "--json", str(out),
-         "--methods", *methods],
-        capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
+    run_ci_preset("rl.py", out, "--methods", *methods)
     return out
 
 

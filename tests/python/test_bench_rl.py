@@ -11,18 +11,17 @@ REINFORCE objective's seeding. No timing is asserted.
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("gymnasium", reason="the RL runner needs gymnasium (pip install .[bench])")
 
-BENCH_PYTHON = Path(__file__).resolve().parents[2] / "bench" / "python"
+from bench_runners import BENCH_PYTHON, run_ci_preset, runs_of  # noqa: E402
+
 sys.path.insert(0, str(BENCH_PYTHON))
 
 import methods  # noqa: E402
@@ -36,21 +35,7 @@ CI = rl.PRESETS["ci"]
 @pytest.fixture(scope="module")
 def ci_document(tmp_path_factory) -> dict:
     """The ci preset through the command line, as its JSON file."""
-    out = tmp_path_factory.mktemp("rl") / "rl-ci.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH_PYTHON / "rl.py"), "--preset", "ci", "--quiet", "--json", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    # Strict JSON: no NaN or Infinity.
-    return json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
-
-
-def runs_of(doc: dict) -> dict[tuple, list[dict]]:
-    runs: dict[tuple, list[dict]] = {}
-    for r in doc["records"]:
-        runs.setdefault((r["task"], r["parallelism"], r["method"], r["seed"]), []).append(r)
-    return runs
+    return run_ci_preset("rl.py", tmp_path_factory.mktemp("rl") / "rl-ci.json")
 
 
 def test_document_shape(ci_document: dict) -> None:

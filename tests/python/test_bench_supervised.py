@@ -12,11 +12,8 @@ No timing is asserted.
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +22,8 @@ pytest.importorskip("sklearn", reason="the supervised runner needs scikit-learn 
 
 import optex  # noqa: E402
 
-BENCH_PYTHON = Path(__file__).resolve().parents[2] / "bench" / "python"
+from bench_runners import BENCH_PYTHON, run_ci_preset, runs_of  # noqa: E402
+
 sys.path.insert(0, str(BENCH_PYTHON))
 
 import digits  # noqa: E402
@@ -40,20 +38,7 @@ TASKS = ("digits-softmax", "digits-mlp")
 @pytest.fixture(scope="module")
 def ci_document(tmp_path_factory) -> dict:
     """The ci preset through the command line, as its JSON file."""
-    out = tmp_path_factory.mktemp("supervised") / "supervised-ci.json"
-    done = subprocess.run(
-        [sys.executable, str(BENCH_PYTHON / "supervised.py"), "--preset", "ci", "--quiet", "--json", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
-
-
-def runs_of(doc: dict) -> dict[tuple, list[dict]]:
-    runs: dict[tuple, list[dict]] = {}
-    for r in doc["records"]:
-        runs.setdefault((r["task"], r["parallelism"], r["method"], r["seed"]), []).append(r)
-    return runs
+    return run_ci_preset("supervised.py", tmp_path_factory.mktemp("supervised") / "supervised-ci.json")
 
 
 def test_document_shape(ci_document: dict) -> None:
