@@ -7,7 +7,7 @@
 //
 //   BM_DeviceCopy/d          cudaMemcpyAsync device-to-device of d floats.
 //   BM_PlainAdamStep/d       one fused Adam update with a given gradient
-//                            (cuda::adam_step, weights = nullptr): what one
+//                            (cuda::optimizer_step, weights = nullptr): what one
 //                            plain (non-OptEx) Adam step costs at this d.
 //   BM_ProxyStep/d/T0/precision/optimizer
 //                            the real CUDA backend (make_cuda_backend, N = 2)
@@ -85,7 +85,6 @@
 #include "kernels.cuh"
 #include "optex/adam.hpp"
 #include "optex/batch.hpp"
-#include "optex/detail/elementwise.hpp"
 #include "optex/detail/engine_backend.hpp"
 #include "optex/device.hpp"
 #include "optex/engine.hpp"
@@ -345,10 +344,12 @@ struct CopyPool {
 
 struct AdamPool {
   std::size_t d;
-  optex::Adam adam;
+  optex::OptimizerRanges ranges;
+  optex::cuda::StepCoefficients coefficients;
   std::int64_t step = 0;
   std::vector<DeviceBuffer<float>> x, m, v, g;
-  explicit AdamPool(std::size_t dim) : d(dim) {
+  explicit AdamPool(std::size_t dim)
+      : d(dim), ranges(optex::OptimizerRanges(optex::Adam{}).for_dimension(dim)) {
     const std::size_t sets = rotating_sets(4.0 * kFloat * static_cast<double>(dim));
     const std::vector<float>& x0 = start_point(static_cast<std::int64_t>(dim));
     for (std::size_t s = 0; s < sets; ++s) {
@@ -370,9 +371,12 @@ struct AdamPool {
     const double s = t.time_stream([&] {
       for (std::int64_t r = 0; r < reps; ++r) {
         const std::size_t k = static_cast<std::size_t>(r) % x.size();
-        const optex::detail::AdamCoefficients c = optex::detail::adam_coefficients(adam, step++);
-        optex::cuda::adam_step<float>(nullptr, nullptr, 0, g[k].data(), nullptr, x[k].data(),
-                                      x[k].data(), m[k].data(), v[k].data(), c, d, t.stream());
+        optex::cuda::fill_step_coefficients(ranges, step++, coefficients);
+        optex::cuda::StateRows state;
+        state.slot[optex::Adam::kExpAvg] = m[k].data();
+        state.slot[optex::Adam::kExpAvgSq] = v[k].data();
+        optex::cuda::optimizer_step<float>(nullptr, nullptr, 0, g[k].data(), nullptr, x[k].data(),
+                                           x[k].data(), state, coefficients, d, t.stream());
         OPTEX_CUDA_CHECK(cudaGetLastError());
       }
     });

@@ -48,9 +48,10 @@
 #include <vector>
 
 #include "optex/adam.hpp"
+#include "optex/covariance.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
-#include "optex/kernel.hpp"
+#include "optex/optimizer.hpp"
 #include "optex/optimizer_state.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
@@ -120,12 +121,12 @@ struct Setup {
       : d(dim),
         t0(capacity),
         history(capacity, dim),
-        estimator(optex::Kernel::matern52, 1e-3, optex::InputScaling::none, capacity),
+        estimator(optex::Covariance::matern52, 1e-3, optex::InputScaling::none, capacity),
         // Independent uniform points in [-1, 1]^d lie about sqrt(2 d / 3) apart:
         // with lengthscale sqrt(d) the kernel values sit near 0.5, far from
         // underflow, and the Gram matrix is well conditioned.
         lengthscale(std::sqrt(static_cast<double>(dim))),
-        state(adam.init(dim)),
+        state(optex::init_state(adam, dim)),
         x(dim),
         mu(dim),
         new_points(kNewPairs * dim),
@@ -221,7 +222,7 @@ void BM_ProxyStep(benchmark::State& state) {
   const double bytes = (2.0 * static_cast<double>(s.t0) + 9.0) * kFloat * static_cast<double>(s.d);
   run_paired(state, s, bytes, [&s] {
     s.estimator.predict(s.history, s.x, s.mu);
-    s.adam.step(s.x, s.state, s.mu);
+    optex::apply_step(s.adam, s.x, s.state, s.mu);
     float* x = s.x.data();  // an lvalue: the non-const DoNotOptimize overload
     benchmark::DoNotOptimize(x);
     benchmark::ClobberMemory();

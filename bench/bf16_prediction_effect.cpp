@@ -26,7 +26,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <optex/detail/elementwise.hpp>
+#include <optex/detail/bf16.hpp>
 #include <optex/gp_estimator.hpp>
 #include <optex/gradient_history.hpp>
 #include <optex/lengthscale_selection.hpp>

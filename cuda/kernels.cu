@@ -8,14 +8,16 @@
 // No atomics touch a value.
 //
 // Compiled with --fmad=false and IEEE division and square root, so the
-// elementwise updates (detail::sgd_update / adam_update) are bitwise the CPU's.
+// elementwise updates (each optimizer's update()) are bitwise the CPU's.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <variant>
 
 #include "cuda_check.hpp"
 #include "kernels.cuh"
@@ -230,10 +232,10 @@ __global__ void __launch_bounds__(kThreads)
 // ---- kernel_vector -------------------------------------------------------------
 
 __global__ void __launch_bounds__(kThreads)
-    kernel_vector_kernel(const double* __restrict__ squared_distances, int n, Kernel kernel,
-                         double inv_scaled_lengthscale, double* __restrict__ out) {
+    covariance_vector_kernel(const double* __restrict__ squared_distances, int n, Covariance kernel,
+                             double inv_scaled_lengthscale, double* __restrict__ out) {
   for (int j = static_cast<int>(threadIdx.x); j < n; j += static_cast<int>(blockDim.x))
-    out[j] = kernel_value(kernel, ::sqrt(squared_distances[j]) * inv_scaled_lengthscale);
+    out[j] = covariance_value(kernel, ::sqrt(squared_distances[j]) * inv_scaled_lengthscale);
 }
 
 // ---- rows_finite -----------------------------------------------------------------
@@ -287,49 +289,46 @@ __global__ void __launch_bounds__(kThreads)
     dst[i] = detail::load_as_float(src[i]);
 }
 
-// ---- sgd_step / adam_step ------------------------------------------------------
+// ---- optimizer_step ------------------------------------------------------------
 
-struct SgdUpdate {
-  float* momentum;  // nullptr without momentum
-  detail::SgdCoefficients c;
-  __device__ __forceinline__ void operator()(std::size_t k, float& x, float g) const {
-    if (momentum != nullptr) {
-      detail::sgd_update(x, momentum[k], g, c);
-    } else {
-      float unused = 0.0f;
-      detail::sgd_update(x, unused, g, c);
-    }
-  }
+constexpr int kMaxRangesPerLaunch = 16;
+
+// The ranges of one launch, passed by value as a kernel argument (a few
+// hundred bytes, read through the constant cache): range r covers
+// [begin[r], begin[r + 1]) in absolute coordinates, r < count.
+template <class O>
+struct RangeTable {
+  int count = 0;
+  std::size_t begin[kMaxRangesPerLaunch + 1] = {};
+  typename O::Coefficients coefficients[kMaxRangesPerLaunch] = {};
 };
 
-struct AdamUpdate {
-  float* m;
-  float* v;
-  detail::AdamCoefficients c;
-  __device__ __forceinline__ void operator()(std::size_t k, float& x, float g) const {
-    detail::adam_update(x, m[k], v[k], g, c);
-  }
-};
-
-// One pass: g = sum_j float(weights[j]) * history[j][k] (Weighted) or
-// gradient[k]; predicted[k] = g; x_out[k] = update(x_in[k], g). The weighted sum
-// is the CPU's streaming::weighted_sum, term for term: fp32, rows in groups of
+// One pass over [table.begin[0], table.begin[count]): g = sum_j
+// float(weights[j]) * history[j][k] (Weighted) or gradient[k];
+// predicted[k] = g; x_out[k] = x_in[k] updated by O::update with g, the
+// state's slots at k and the coefficients of k's range. The weighted sum is
+// the CPU's streaming::weighted_sum, term for term: fp32, rows in groups of
 // four as (w0 r0 + w1 r1) + (w2 r2 + w3 r3), then the rest one at a time.
-// x_in may equal x_out, so neither is __restrict__.
-template <bool Weighted, class Store, class Update>
+// x_in may equal x_out, so neither is __restrict__. `d` is the history's row
+// stride.
+template <bool Weighted, class Store, class O>
 __global__ void __launch_bounds__(kThreads)
     step_kernel(const Store* __restrict__ history, const double* __restrict__ weights, int nrows,
                 const float* gradient, float* predicted, const float* x_in, float* x_out,
-                Update update, std::size_t d) {
+                StateRows state, std::size_t d, const __grid_constant__ RangeTable<O> table) {
   extern __shared__ float w[];
   if constexpr (Weighted) {
     for (int j = static_cast<int>(threadIdx.x); j < nrows; j += kThreads)
       w[j] = static_cast<float>(weights[j]);
     __syncthreads();
   }
+  const std::size_t end = table.begin[table.count];
   const std::size_t step = static_cast<std::size_t>(gridDim.x) * kThreads;
-  for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; k < d;
-       k += step) {
+  int r = 0;  // k only grows, so k's range only moves forward
+  for (std::size_t k =
+           table.begin[0] + static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x;
+       k < end; k += step) {
+    while (k >= table.begin[r + 1]) ++r;
     float g;
     if constexpr (Weighted) {
       float acc = 0.0f;
@@ -349,19 +348,44 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       g = gradient[k];
     }
+    SlotValues s = {};
+#pragma unroll
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (state.slot[j] != nullptr) s[j] = state.slot[j][k];
+    }
     float x = x_in[k];
-    update(k, x, g);
+    O::update(x, g, s, table.coefficients[r]);
+#pragma unroll
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (state.slot[j] != nullptr) state.slot[j][k] = s[j];
+    }
     x_out[k] = x;
   }
 }
 
-template <class Store, class Update>
+// Launches step_kernel over the ranges of one optimizer kind, up to
+// kMaxRangesPerLaunch ranges per launch.
+template <class Store, class O>
 void launch_step(const Store* history, const double* weights, int nrows, const float* gradient,
-                 float* predicted, const float* x_in, float* x_out, const Update& update,
-                 std::size_t d, cudaStream_t stream) {
-  if (d == 0) return;
-  const unsigned blocks = elementwise_blocks(d);
-  if (weights != nullptr) {
+                 float* predicted, const float* x_in, float* x_out, StateRows state,
+                 const StepRanges<O>& ranges, std::size_t d, cudaStream_t stream) {
+  static_assert(sizeof(RangeTable<O>) <= 2048, "kernel arguments are limited to 4 KiB");
+  const std::size_t count = ranges.coefficients.size();
+  if (count == 0 || ranges.begin.size() != count + 1 || ranges.begin.front() != 0 ||
+      ranges.begin.back() != d) {
+    throw std::invalid_argument("coefficients: the ranges must cover [0, d) with d = " +
+                                std::to_string(d));
+  }
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    if (ranges.slots.uses(j) && state.slot[j] == nullptr) {
+      const auto slot = static_cast<std::size_t>(j);
+      const std::string_view name = slot < O::slot_names.size() ? O::slot_names[slot] : "?";
+      throw std::invalid_argument("state: slot " + std::to_string(j) + " (" + std::string(name) +
+                                  ") must not be null for " + std::string(O::name));
+    }
+  }
+  const bool weighted = weights != nullptr;
+  if (weighted) {
     if (nrows < 0 || nrows > kMaxStepRows) {
       throw std::invalid_argument("nrows: must be in [0, " + std::to_string(kMaxStepRows) +
                                   "] for the CUDA proxy step, got " + std::to_string(nrows));
@@ -369,17 +393,28 @@ void launch_step(const Store* history, const double* weights, int nrows, const f
     if (nrows > 0 && history == nullptr) {
       throw std::invalid_argument("history: must not be null when nrows > 0");
     }
-    const std::size_t shared = static_cast<std::size_t>(nrows) * sizeof(float);
-    step_kernel<true><<<blocks, kThreads, shared, stream>>>(history, weights, nrows, gradient,
-                                                            predicted, x_in, x_out, update, d);
-  } else {
-    if (gradient == nullptr) {
-      throw std::invalid_argument("gradient: must not be null when weights is null");
-    }
-    step_kernel<false><<<blocks, kThreads, 0, stream>>>(history, weights, nrows, gradient,
-                                                        predicted, x_in, x_out, update, d);
+  } else if (gradient == nullptr) {
+    throw std::invalid_argument("gradient: must not be null when weights is null");
   }
-  OPTEX_CUDA_CHECK(cudaGetLastError());
+  const std::size_t shared = weighted ? static_cast<std::size_t>(nrows) * sizeof(float) : 0;
+  for (std::size_t first = 0; first < count; first += kMaxRangesPerLaunch) {
+    RangeTable<O> table;
+    table.count = static_cast<int>(std::min<std::size_t>(kMaxRangesPerLaunch, count - first));
+    for (int r = 0; r <= table.count; ++r) table.begin[r] = ranges.begin[first + r];
+    for (int r = 0; r < table.count; ++r) table.coefficients[r] = ranges.coefficients[first + r];
+    const std::size_t lo = table.begin[0];
+    const std::size_t hi = table.begin[table.count];
+    if (hi <= lo) continue;
+    const unsigned blocks = elementwise_blocks(hi - lo);
+    if (weighted) {
+      step_kernel<true, Store, O><<<blocks, kThreads, shared, stream>>>(
+          history, weights, nrows, gradient, predicted, x_in, x_out, state, d, table);
+    } else {
+      step_kernel<false, Store, O><<<blocks, kThreads, 0, stream>>>(
+          history, weights, nrows, gradient, predicted, x_in, x_out, state, d, table);
+    }
+    OPTEX_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace
@@ -416,11 +451,11 @@ void squared_distances(const Store* rows, int nrows, std::size_t d, const Query*
   }
 }
 
-void kernel_vector(const double* squared_distances, int n, Kernel kernel,
-                   double inv_scaled_lengthscale, double* out, cudaStream_t stream) {
+void covariance_vector(const double* squared_distances, int n, Covariance kernel,
+                       double inv_scaled_lengthscale, double* out, cudaStream_t stream) {
   if (n <= 0) return;
-  kernel_vector_kernel<<<1, kThreads, 0, stream>>>(squared_distances, n, kernel,
-                                                   inv_scaled_lengthscale, out);
+  covariance_vector_kernel<<<1, kThreads, 0, stream>>>(squared_distances, n, kernel,
+                                                       inv_scaled_lengthscale, out);
   OPTEX_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -472,26 +507,37 @@ void load_values(const Store* src, float* dst, std::size_t count, cudaStream_t s
   OPTEX_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class Store>
-void sgd_step(const Store* history, const double* weights, int nrows, const float* gradient,
-              float* predicted, const float* x_in, float* x_out, float* momentum,
-              const detail::SgdCoefficients& c, std::size_t d, cudaStream_t stream) {
-  if (d > 0 && c.use_momentum && momentum == nullptr) {
-    throw std::invalid_argument("momentum: must not be null when the momentum is nonzero");
-  }
-  launch_step(history, weights, nrows, gradient, predicted, x_in, x_out, SgdUpdate{momentum, c}, d,
-              stream);
+void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,
+                            StepCoefficients& out) {
+  std::visit(
+      [&](const auto& first) {
+        using O = std::decay_t<decltype(first)>;
+        if (!std::holds_alternative<StepRanges<O>>(out)) out = StepRanges<O>{};
+        StepRanges<O>& table = std::get<StepRanges<O>>(out);
+        table.begin.assign(1, 0);
+        table.coefficients.clear();
+        table.slots = ranges.state_slots();
+        for (const OptimizerRange& range : ranges.ranges()) {
+          table.begin.push_back(table.begin.back() + range.size);
+          table.coefficients.push_back(std::get<O>(range.optimizer).coefficients(step));
+        }
+      },
+      ranges.front());
 }
 
 template <class Store>
-void adam_step(const Store* history, const double* weights, int nrows, const float* gradient,
-               float* predicted, const float* x_in, float* x_out, float* m, float* v,
-               const detail::AdamCoefficients& c, std::size_t d, cudaStream_t stream) {
-  if (d > 0 && (m == nullptr || v == nullptr)) {
-    throw std::invalid_argument("m, v: the Adam moments must not be null");
-  }
-  launch_step(history, weights, nrows, gradient, predicted, x_in, x_out, AdamUpdate{m, v, c}, d,
-              stream);
+void optimizer_step(const Store* history, const double* weights, int nrows, const float* gradient,
+                    float* predicted, const float* x_in, float* x_out, StateRows state,
+                    const StepCoefficients& coefficients, std::size_t d, cudaStream_t stream) {
+  if (d == 0) return;
+  // Every optimizer kind of the variant gets its kernels here.
+  std::visit(
+      [&](const auto& ranges) {
+        using O = typename std::decay_t<decltype(ranges)>::Kind;
+        launch_step<Store, O>(history, weights, nrows, gradient, predicted, x_in, x_out, state,
+                              ranges, d, stream);
+      },
+      coefficients);
 }
 
 // ---- explicit instantiations ---------------------------------------------------
@@ -505,12 +551,9 @@ void adam_step(const Store* history, const double* weights, int nrows, const flo
                                 cudaStream_t);                                                     \
   template void store_values<Store>(const float*, Store*, std::size_t, cudaStream_t);              \
   template void load_values<Store>(const Store*, float*, std::size_t, cudaStream_t);               \
-  template void sgd_step<Store>(const Store*, const double*, int, const float*, float*,            \
-                                const float*, float*, float*, const detail::SgdCoefficients&,      \
-                                std::size_t, cudaStream_t);                                        \
-  template void adam_step<Store>(const Store*, const double*, int, const float*, float*,           \
-                                 const float*, float*, float*, float*,                             \
-                                 const detail::AdamCoefficients&, std::size_t, cudaStream_t);
+  template void optimizer_step<Store>(const Store*, const double*, int, const float*, float*,      \
+                                      const float*, float*, StateRows, const StepCoefficients&,    \
+                                      std::size_t, cudaStream_t);
 
 OPTEX_INSTANTIATE_STORE(float)
 OPTEX_INSTANTIATE_STORE(bf16_bits)

@@ -10,9 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <variant>
+#include <vector>
 
-#include "optex/detail/elementwise.hpp"
-#include "optex/kernel.hpp"
+#include "optex/covariance.hpp"
+#include "optex/detail/bf16.hpp"
+#include "optex/optimizer_ranges.hpp"
 
 namespace optex::cuda {
 
@@ -33,8 +37,8 @@ void squared_distances(const Store* rows, int nrows, std::size_t d, const Query*
                        int nqueries, double* partials, double* out, cudaStream_t stream);
 
 // out[j] = kernel(sqrt(squared_distances[j]) * inv_scaled_lengthscale), j < n.
-void kernel_vector(const double* squared_distances, int n, Kernel kernel,
-                   double inv_scaled_lengthscale, double* out, cudaStream_t stream);
+void covariance_vector(const double* squared_distances, int n, Covariance covariance,
+                       double inv_scaled_lengthscale, double* out, cudaStream_t stream);
 
 // out[r] = <a[r], b[r]> for r < nrows (a, b: nrows x d, row stride d).
 template <class Store>
@@ -50,24 +54,54 @@ void store_values(const float* src, Store* dst, std::size_t count, cudaStream_t 
 template <class Store>
 void load_values(const Store* src, float* dst, std::size_t count, cudaStream_t stream);
 
+// ---- the fused optimizer step -------------------------------------------------
+
+// An optimizer state's device rows: slot j's d floats, nullptr where unused.
+struct StateRows {
+  float* slot[kMaxStateSlots] = {};
+};
+
+// The coefficients of one step of optimizer kind O, per range: range r covers
+// coordinates [begin[r], begin[r + 1]) with coefficients[r].
+template <class O>
+struct StepRanges {
+  using Kind = O;
+  std::vector<std::size_t> begin;  // count + 1 entries, from 0 to d
+  std::vector<typename O::Coefficients> coefficients;
+  StateSlots slots;  // the state slots the update reads and writes
+};
+
+template <class V>
+struct StepCoefficientsOf;
+template <class... O>
+struct StepCoefficientsOf<std::variant<O...>> {
+  using type = std::variant<StepRanges<O>...>;
+};
+// One step's coefficients, whichever the optimizer kind.
+using StepCoefficients = StepCoefficientsOf<Optimizer>::type;
+
+// The coefficients of the step that takes the state from `step` to step + 1,
+// each range with its own hyperparameters (ranges sized for the dimension).
+// Reuses `out`'s storage when the kind is unchanged.
+void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,
+                            StepCoefficients& out);
+
 // The proxy-step update, one pass over memory. For every coordinate k < d:
 //   g        = weights ? sum_{j < nrows} float(weights[j]) * history[j][k] : gradient[k]
 //   predicted[k] = g            (skipped when predicted == nullptr or gradient is used)
-//   x_out[k] = x_in[k], then the optimizer's update with g (detail::sgd_update
-//              / detail::adam_update) on x_out[k] and the moments in place.
+//   x_out[k] = x_in[k], then O::update(x_out[k], g, the state's slots at k,
+//              the coefficients of k's range).
 // x_in may equal x_out; `history` (read through __restrict__) must not alias
 // any output. `weights` is device memory (the solve's output), so no value
 // crosses to the host. history: nrows x d, row stride d, nrows <= 12288 (the
-// float weights sit in shared memory). Throws std::invalid_argument for a
-// missing buffer the update needs (history with nrows > 0, gradient without
-// weights, momentum with c.use_momentum, Adam's m and v).
+// float weights sit in shared memory). One launch handles up to 16 ranges
+// (their coefficients travel as kernel arguments); more ranges take one
+// launch per 16. Throws std::invalid_argument for a missing buffer (history
+// with nrows > 0, gradient without weights, a slot the ranges' optimizer
+// uses) or coefficients whose ranges do not cover [0, d).
 template <class Store>
-void sgd_step(const Store* history, const double* weights, int nrows, const float* gradient,
-              float* predicted, const float* x_in, float* x_out, float* momentum,
-              const detail::SgdCoefficients& c, std::size_t d, cudaStream_t stream);
-template <class Store>
-void adam_step(const Store* history, const double* weights, int nrows, const float* gradient,
-               float* predicted, const float* x_in, float* x_out, float* m, float* v,
-               const detail::AdamCoefficients& c, std::size_t d, cudaStream_t stream);
+void optimizer_step(const Store* history, const double* weights, int nrows, const float* gradient,
+                    float* predicted, const float* x_in, float* x_out, StateRows state,
+                    const StepCoefficients& coefficients, std::size_t d, cudaStream_t stream);
 
 }  // namespace optex::cuda

@@ -17,7 +17,7 @@ bool all_finite(const float* v, std::size_t n) {
 
 class CpuBackend final : public EngineBackend {
  public:
-  CpuBackend(std::span<const float> x0, const Optimizer& optimizer, const Options& options)
+  CpuBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options)
       : optimizer_(optimizer),
         x_(x0.begin(), x0.end()),
         next_x_(x0.size()),
@@ -36,7 +36,7 @@ class CpuBackend final : public EngineBackend {
   const HistoryGram& gram() const override { return history_; }
   std::span<const float> iterate_if_host() const override { return x_; }
   const float* device_iterate() override { return x_.data(); }
-  void set_optimizer(const Optimizer& optimizer) override { optimizer_ = optimizer; }
+  void set_optimizer(const OptimizerRanges& optimizer) override { optimizer_ = optimizer; }
 
   void restore(const OptimizerState& state, const GradientHistory& history) override {
     state_ = state;
@@ -137,7 +137,7 @@ class CpuBackend final : public EngineBackend {
   }
 
  private:
-  Optimizer optimizer_;
+  OptimizerRanges optimizer_;  // sized for the iterate
   std::vector<float> x_;
   std::vector<float> next_x_;
   OptimizerState state_;
@@ -150,7 +150,7 @@ class CpuBackend final : public EngineBackend {
 }  // namespace
 
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
-                                                const Optimizer& optimizer,
+                                                const OptimizerRanges& optimizer,
                                                 const Options& options) {
   return std::make_unique<CpuBackend>(x0, optimizer, options);
 }

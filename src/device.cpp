@@ -29,7 +29,7 @@ int cuda_device_count() {
 
 #if !OPTEX_HAVE_CUDA
 namespace detail {
-std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float>, const Optimizer&,
+std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float>, const OptimizerRanges&,
                                                  const Options& options) {
   throw std::invalid_argument("device: " + options.device.name() +
                               " requested, but this build of optex has no CUDA backend "

@@ -96,15 +96,15 @@ struct StatusHeader {
   char message[200] = {};
 };
 
-Engine build_engine(std::span<const float> x0, Optimizer optimizer, const Options& options,
+Engine build_engine(std::span<const float> x0, OptimizerRanges optimizer, const Options& options,
                     Communicator& comm, const DistributedOptions& distributed) {
   // Check locally first, but agree on the outcome: a rank with bad arguments
   // must not leave the others waiting.
   collectively(comm, "DistributedEngine", true, [&] {
     distributed.validate();
     options.validate();
-    validate(optimizer);
     if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
+    (void)optimizer.for_dimension(x0.size());  // the hyperparameters and the ranges' sizes
   });
   // Rank 0's start point, on every rank.
   std::uint64_t dim = x0.size();
@@ -141,7 +141,7 @@ void DistributedOptions::validate() const {
   }
 }
 
-DistributedEngine::DistributedEngine(std::span<const float> x0, Optimizer optimizer,
+DistributedEngine::DistributedEngine(std::span<const float> x0, OptimizerRanges optimizer,
                                      Options options, Communicator& communicator,
                                      DistributedOptions distributed)
     : DistributedEngine(build_engine(x0, std::move(optimizer), options, communicator, distributed),
@@ -410,19 +410,16 @@ std::uint64_t DistributedEngine::state_hash() const {
   return mix_seed(h, engine_.rng_state());
 }
 
-void DistributedEngine::set_optimizer(const Optimizer& optimizer) {
+void DistributedEngine::set_optimizer(const OptimizerRanges& optimizer) {
   // Tried on a scratch copy first: a rank that refuses must leave every rank unchanged.
   collectively(*world_, "set_optimizer", true, [&] {
     if (engine_.pending()) {
       throw std::runtime_error("set_optimizer: between ask() and tell() (iteration " +
                                std::to_string(engine_.iteration()) + ")");
     }
-    validate(optimizer);
-    if (optimizer.index() != engine_.optimizer().index()) {
-      throw std::invalid_argument("optimizer: " + std::string(optimizer_name(optimizer)) +
-                                  " cannot replace " +
-                                  std::string(optimizer_name(engine_.optimizer())));
-    }
+    const std::string why =
+        cannot_replace(engine_.optimizer_ranges(), optimizer.for_dimension(engine_.dim()));
+    if (!why.empty()) throw std::invalid_argument(why);
   });
   const std::uint64_t mine =
       detail::configuration_fingerprint(engine_.options(), optimizer, engine_.dim());
@@ -440,9 +437,9 @@ void DistributedEngine::set_optimizer(const Optimizer& optimizer) {
 }
 
 void DistributedEngine::check_same_configuration() {
-  const Configuration mine{
-      detail::configuration_fingerprint(engine_.options(), engine_.optimizer(), engine_.dim()),
-      layout_fingerprint(distributed_)};
+  const Configuration mine{detail::configuration_fingerprint(
+                               engine_.options(), engine_.optimizer_ranges(), engine_.dim()),
+                           layout_fingerprint(distributed_)};
   std::vector<Configuration> all(static_cast<std::size_t>(world_size()));
   world_->all_gather(std::span<const Configuration>(&mine, 1), std::span<Configuration>(all));
   std::vector<int> differ;

@@ -37,13 +37,8 @@ const Options& checked(const Options& o) {
   return o;
 }
 
-const Optimizer& checked(const Optimizer& opt) {
-  validate(opt);
-  return opt;
-}
-
 std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
-                                                    const Optimizer& optimizer,
+                                                    const OptimizerRanges& optimizer,
                                                     const Options& options) {
   if (options.device.is_cuda()) return detail::make_cuda_backend(x0, optimizer, options);
   return detail::make_cpu_backend(x0, optimizer, options);
@@ -51,10 +46,10 @@ std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
 
 }  // namespace
 
-Engine::Engine(std::span<const float> x0, Optimizer optimizer, Options options)
+Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options)
     : options_(checked(options)),
-      optimizer_(checked(optimizer)),
-      backend_(make_backend(checked_start(x0), optimizer_, options_)),
+      optimizer_(optimizer.for_dimension(checked_start(x0).size())),
+      backend_(make_backend(x0, optimizer_, options_)),
       lengthscale_(options_.lengthscale),
       rng_(options_.seed),
       finite_(static_cast<std::size_t>(options_.parallelism)),
@@ -71,38 +66,18 @@ std::size_t Engine::dim() const { return backend_->dim(); }
 std::span<const float> Engine::iterate() const { return backend_->iterate(); }
 const float* Engine::device_iterate() const { return backend_->device_iterate(); }
 
-void Engine::set_optimizer(const Optimizer& optimizer) {
+void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   if (pending_) {
     throw std::runtime_error("set_optimizer: between ask() and tell() (iteration " +
                              std::to_string(iteration_) +
                              "): the pending batch's proxy steps used the current hyperparameters; "
                              "call it after tell()");
   }
-  validate(optimizer);
-  if (optimizer.index() != optimizer_.index()) {
-    throw std::invalid_argument("optimizer: " + std::string(optimizer_name(optimizer)) +
-                                " cannot replace " + std::string(optimizer_name(optimizer_)) +
-                                " (the optimizer state differs); start a new engine");
-  }
-  if (const auto* sgd = std::get_if<Sgd>(&optimizer)) {
-    const double before = std::get<Sgd>(optimizer_).momentum;
-    if ((sgd->momentum == 0.0) != (before == 0.0)) {
-      std::ostringstream msg;
-      msg << "momentum: " << sgd->momentum << " cannot replace " << before
-          << " (the momentum buffer exists only with non-zero momentum); start a new engine";
-      throw std::invalid_argument(msg.str());
-    }
-  }
-  if (const auto* adam = std::get_if<Adam>(&optimizer);
-      adam && adam->decoupled_weight_decay != std::get<Adam>(optimizer_).decoupled_weight_decay) {
-    throw std::invalid_argument(std::string("decoupled_weight_decay: ") +
-                                (adam->decoupled_weight_decay ? "AdamW" : "Adam") +
-                                " cannot replace " +
-                                (adam->decoupled_weight_decay ? "Adam" : "AdamW") +
-                                " (a different algorithm); start a new engine");
-  }
-  backend_->set_optimizer(optimizer);
-  optimizer_ = optimizer;
+  OptimizerRanges sized = optimizer.for_dimension(dim());  // validates the hyperparameters
+  const std::string why = cannot_replace(optimizer_, sized);
+  if (!why.empty()) throw std::invalid_argument(why);
+  backend_->set_optimizer(sized);
+  optimizer_ = std::move(sized);
 }
 const OptimizerState& Engine::optimizer_state() const { return backend_->optimizer_state(); }
 const GradientHistory& Engine::history() const { return backend_->history(); }

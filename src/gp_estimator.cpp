@@ -19,7 +19,7 @@ double input_scale(const HistoryGram& history, InputScaling scaling) {
   return scale > 0.0 ? scale : 1.0;  // every point at the origin: nothing to scale
 }
 
-void covariance_matrix(const HistoryGram& history, Kernel kernel, double scaled_lengthscale,
+void covariance_matrix(const HistoryGram& history, Covariance kernel, double scaled_lengthscale,
                        double diagonal, Eigen::MatrixXd& out) {
   const auto n = static_cast<Eigen::Index>(history.size());
   out.resize(n, n);
@@ -29,12 +29,12 @@ void covariance_matrix(const HistoryGram& history, Kernel kernel, double scaled_
       const double r = std::sqrt(history.squared_distance(static_cast<std::size_t>(i),
                                                           static_cast<std::size_t>(j))) /
                        scaled_lengthscale;
-      out(i, j) = out(j, i) = kernel_value(kernel, r);
+      out(i, j) = out(j, i) = covariance_value(kernel, r);
     }
   }
 }
 
-GpGradientEstimator::GpGradientEstimator(Kernel kernel, double noise, InputScaling scaling,
+GpGradientEstimator::GpGradientEstimator(Covariance kernel, double noise, InputScaling scaling,
                                          std::size_t capacity)
     : kernel_(kernel),
       noise_(noise),
@@ -85,7 +85,7 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
   const double inv = 1.0 / (scale_ * lengthscale_);
   auto k = weights_.head(static_cast<Eigen::Index>(n));
   for (std::size_t j = 0; j < n; ++j) {
-    k[static_cast<Eigen::Index>(j)] = kernel_value(kernel_, std::sqrt(distances_[j]) * inv);
+    k[static_cast<Eigen::Index>(j)] = covariance_value(kernel_, std::sqrt(distances_[j]) * inv);
   }
   cholesky_.solveInPlace(k);  // weights = (K + sigma^2 I)^-1 k(X, x)
   // Pass 2 over G: the weighted sum of history gradients.

@@ -1,39 +1,104 @@
-// The elementwise optimizer passes. Out of line so that this file alone is
-// compiled with -fno-math-errno: with errno semantics GCC cannot vectorise the
-// loop around std::sqrt (Adam ran about 2x slower). sqrt is correctly rounded
-// either way, so results are unchanged bit for bit.
-#include <cmath>
+// The elementwise optimizer passes on the CPU: one loop per optimizer kind and
+// slot layout, instantiated for every kind of the Optimizer variant. Each
+// coordinate goes through the optimizer's own update (the one the CUDA kernel
+// calls too).
+//
+// Out of line so that this file alone is compiled with -fno-math-errno: with
+// errno semantics GCC cannot vectorise the loops around sqrt. sqrt is
+// correctly rounded either way, so results are unchanged bit for bit.
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
-#include "optex/adam.hpp"
-#include "optex/detail/elementwise.hpp"
-#include "optex/sgd.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 
 namespace optex {
+namespace {
 
-void Sgd::step(std::span<float> x, OptimizerState& s, std::span<const float> g) const {
-  const detail::SgdCoefficients c = detail::sgd_coefficients(*this, s.step);
-  const std::size_t n = x.size();
-  float* __restrict xp = x.data();
-  const float* __restrict gp = g.data();
-  if (!c.use_momentum) {
-    float unused = 0.0f;
-    for (std::size_t i = 0; i < n; ++i) detail::sgd_update(xp[i], unused, gp[i], c);
-  } else {
-    float* __restrict b = s.first_moment.data();
-    for (std::size_t i = 0; i < n; ++i) detail::sgd_update(xp[i], b[i], gp[i], c);
+// The update of coordinates [begin, end) with one range's coefficients. The
+// slots in use are a template argument so that the loop loads and stores
+// exactly those and vectorises like a hand-written one.
+template <class O, unsigned Slots>
+void update_coordinates(float* __restrict x, const float* __restrict g, float* __restrict s0,
+                        float* __restrict s1, float* __restrict s2, std::size_t begin,
+                        std::size_t end, const typename O::Coefficients& c) {
+  for (std::size_t k = begin; k < end; ++k) {
+    SlotValues s{};
+    if constexpr ((Slots & 1u) != 0) s[0] = s0[k];
+    if constexpr ((Slots & 2u) != 0) s[1] = s1[k];
+    if constexpr ((Slots & 4u) != 0) s[2] = s2[k];
+    O::update(x[k], g[k], s, c);
+    if constexpr ((Slots & 1u) != 0) s0[k] = s[0];
+    if constexpr ((Slots & 2u) != 0) s1[k] = s[1];
+    if constexpr ((Slots & 4u) != 0) s2[k] = s[2];
+  }
+}
+
+static_assert(kMaxStateSlots == 3, "update_coordinates spells out three slots");
+
+template <class O, unsigned... Layouts>
+void update_with_layout(unsigned layout, float* x, const float* g, OptimizerState& s,
+                        std::size_t begin, std::size_t end, const typename O::Coefficients& c,
+                        std::integer_sequence<unsigned, Layouts...>) {
+  float* s0 = s.slots[0].empty() ? nullptr : s.slots[0].data();
+  float* s1 = s.slots[1].empty() ? nullptr : s.slots[1].data();
+  float* s2 = s.slots[2].empty() ? nullptr : s.slots[2].data();
+  const bool matched =
+      ((layout == Layouts ? (update_coordinates<O, Layouts>(x, g, s0, s1, s2, begin, end, c), true)
+                          : false) ||
+       ...);
+  if (!matched) throw std::logic_error("apply_step: a state layout beyond kMaxStateSlots");
+}
+
+// Every range of one kind O: its coefficients, then its coordinates.
+template <class O>
+void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                 std::span<const float> g) {
+  const unsigned layout = s.used().bits;
+  std::size_t begin = 0;
+  for (const OptimizerRange& range : ranges.ranges()) {
+    const std::size_t end = ranges.covers_any_dimension() ? x.size() : begin + range.size;
+    const typename O::Coefficients c = std::get<O>(range.optimizer).coefficients(s.step);
+    update_with_layout<O>(layout, x.data(), g.data(), s, begin, end, c,
+                          std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
+    begin = end;
   }
   ++s.step;
 }
 
-void Adam::step(std::span<float> x, OptimizerState& s, std::span<const float> g) const {
-  const detail::AdamCoefficients c = detail::adam_coefficients(*this, s.step);
-  ++s.step;
-  const std::size_t n = x.size();
-  float* __restrict xp = x.data();
-  float* __restrict m = s.first_moment.data();
-  float* __restrict v = s.second_moment.data();
-  const float* __restrict gp = g.data();
-  for (std::size_t i = 0; i < n; ++i) detail::adam_update(xp[i], m[i], v[i], gp[i], c);
+void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState& s,
+                 std::span<const float> g, StateSlots slots) {
+  bool ok = x.size() == expected && g.size() == expected;
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    const std::size_t have = s.slots[static_cast<std::size_t>(j)].size();
+    ok = ok && have == (slots.uses(j) ? expected : 0);
+  }
+  if (!ok) {
+    throw std::invalid_argument(
+        "apply_step: x, g and the state's slots must all have the ranges' dimension " +
+        std::to_string(expected));
+  }
+}
+
+}  // namespace
+
+void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                std::span<const float> g) {
+  std::size_t dim = x.size();
+  if (!ranges.covers_any_dimension()) {
+    dim = 0;
+    for (const OptimizerRange& r : ranges.ranges()) dim += r.size;
+  }
+  check_sizes(dim, x, s, g, ranges.state_slots());
+  std::visit(
+      [&](const auto& first) { step_ranges<std::decay_t<decltype(first)>>(ranges, x, s, g); },
+      ranges.front());
+}
+
+void apply_step(const Optimizer& opt, std::span<float> x, OptimizerState& s,
+                std::span<const float> g) {
+  apply_step(OptimizerRanges(opt), x, s, g);
 }
 
 }  // namespace optex

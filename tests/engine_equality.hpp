@@ -36,17 +36,21 @@ inline ::testing::AssertionResult StateBitEqual(const OptimizerState& a, const O
   if (a.step != b.step) {
     return ::testing::AssertionFailure() << "step " << a.step << " vs " << b.step;
   }
-  auto r = BitEqual(a.first_moment, b.first_moment);
-  if (!r) return r << " (first moment)";
-  r = BitEqual(a.second_moment, b.second_moment);
-  if (!r) return r << " (second moment)";
+  for (std::size_t j = 0; j < a.slots.size(); ++j) {
+    auto r = BitEqual(a.slots[j], b.slots[j]);
+    if (!r) return r << " (state slot " << j << ")";
+  }
   return ::testing::AssertionSuccess();
 }
 
 // Every observable part of two engines agrees bit for bit: iterate, optimizer
-// state, lengthscale, random state, counters, pending batch, and the history
-// with its Gram statistics (host views: a device engine copies them).
+// (every range) and its state, lengthscale, random state, counters, pending
+// batch, and the history with its Gram statistics (host views: a device
+// engine copies them).
 inline ::testing::AssertionResult SameEngine(const Engine& a, const Engine& b) {
+  if (!(a.optimizer_ranges() == b.optimizer_ranges())) {
+    return ::testing::AssertionFailure() << "optimizer or its ranges";
+  }
   auto r = BitEqual(a.iterate(), b.iterate());
   if (!r) return r << " (iterate)";
   r = StateBitEqual(a.optimizer_state(), b.optimizer_state());

@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -22,8 +24,8 @@
 
 #include "engine_equality.hpp"
 #include "optex/batch.hpp"
+#include "optex/covariance.hpp"
 #include "optex/engine.hpp"
-#include "optex/kernel.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
@@ -158,7 +160,7 @@ class Checkpoint : public ::testing::Test {
 
 struct RoundTrip {
   std::string name;
-  Optimizer optimizer;
+  optex::OptimizerRanges optimizer;
   bool reference;
   int history;
   int before;  // iterations before the save
@@ -166,7 +168,7 @@ struct RoundTrip {
   int selection_interval = 1;
   optex::Proxy proxy = optex::Proxy::gp;
   std::vector<double> grid = {};
-  optex::Kernel kernel = optex::Kernel::matern52;
+  optex::Covariance kernel = optex::Covariance::matern52;
 };
 
 Options OptionsOf(const RoundTrip& c) {
@@ -201,6 +203,19 @@ std::vector<RoundTrip> RoundTrips() {
       {"adam_reference_wrapped", adam, true, 6, 5},
       {"adam_reference_not_full", adam, true, 50, 3},
       {"adam_fresh", adam, false, 32, 0},
+      // Every kind, every state slot, and hyperparameters per range (d = 12).
+      {"rmsprop_centered_momentum_wrapped",
+       optex::RmsProp{.lr = 0.01, .weight_decay = 0.01, .momentum = 0.5, .centered = true}, false,
+       6, 5},
+      {"lion_reference_wrapped", optex::Lion{.lr = 0.01, .weight_decay = 0.1}, true, 6, 5},
+      {"adamw_ranges",
+       optex::OptimizerRanges{{7, optex::adamw(0.03, 0.1)}, {5, optex::adamw(0.01, 0.0)}}, false, 6,
+       5},
+      {"sgd_ranges_mixed_momentum",
+       optex::OptimizerRanges{{3, Sgd{.lr = 0.02}},
+                              {4, Sgd{.lr = 0.01, .momentum = 0.9, .nesterov = true}},
+                              {5, Sgd{.lr = 0.03, .weight_decay = 0.1}}},
+       false, 6, 5},
       {"adam_after_warmup", adam, false, 32, 1},
       // The saved lengthscale is used between selections.
       {"adam_selection_every_3", adam, false, 10, 4, LengthscaleSelection::leave_one_out, 3},
@@ -219,7 +234,7 @@ std::vector<RoundTrip> RoundTrips() {
        1,
        optex::Proxy::gp,
        {0.3, 1.0, 3.0},
-       optex::Kernel::rbf},
+       optex::Covariance::rbf},
   };
 }
 
@@ -255,23 +270,7 @@ TEST_F(Checkpoint, ARestoredRunContinuesBitIdentically) {
     EXPECT_EQ(restored.options().lengthscale_grid, o.lengthscale_grid);
     EXPECT_EQ(restored.options().lengthscale_selection, o.lengthscale_selection);
     EXPECT_EQ(restored.options().selection_interval, o.selection_interval);
-    EXPECT_EQ(restored.optimizer().index(), c.optimizer.index());
-    if (const auto* a = std::get_if<Adam>(&c.optimizer)) {
-      const Adam& r = std::get<Adam>(restored.optimizer());
-      EXPECT_EQ(r.lr, a->lr);
-      EXPECT_EQ(r.beta1, a->beta1);
-      EXPECT_EQ(r.beta2, a->beta2);
-      EXPECT_EQ(r.eps, a->eps);
-      EXPECT_EQ(r.weight_decay, a->weight_decay);
-      EXPECT_EQ(r.decoupled_weight_decay, a->decoupled_weight_decay);
-    } else {
-      const Sgd& s = std::get<Sgd>(c.optimizer);
-      const Sgd& r = std::get<Sgd>(restored.optimizer());
-      EXPECT_EQ(r.lr, s.lr);
-      EXPECT_EQ(r.momentum, s.momentum);
-      EXPECT_EQ(r.nesterov, s.nesterov);
-      EXPECT_EQ(r.weight_decay, s.weight_decay);
-    }
+    EXPECT_EQ(restored.optimizer_ranges(), c.optimizer.for_dimension(x0.size()));
     // Saving the restored engine writes the same bytes.
     EXPECT_EQ(SavedBytes(restored, c.name + ".again"), ReadBytes(p));
 
@@ -425,7 +424,7 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 3u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 4u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
@@ -434,18 +433,146 @@ TEST_F(BadCheckpoint, WrongVersion) {
   }
 }
 
-// Format 1 predates devices: the same payload without the device kind, index
-// and history precision after the seed. Such a file still loads, on the CPU,
-// and the run continues bit for bit.
+// The optimizer ranges and the state slots of format 3, edited one field at a time in a
+// well-formed file (checksum fixed): each is refused naming what is wrong. Offsets for
+// good_ (Adam, d = 6, an empty lengthscale grid): the options take 55 payload bytes, then
+// the range count (u32), the range's size (u64), the optimizer tag (u8) and Adam's five
+// doubles and one flag, then the iterate (u64 count + 6 floats), the step (i64) and the
+// slot count (u8).
+TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
+  constexpr std::size_t kCount = kHeader + 55;
+  constexpr std::size_t kSize = kCount + 4;
+  constexpr std::size_t kTag = kSize + 8;
+  constexpr std::size_t kFlag = kTag + 1 + 5 * 8;
+  constexpr std::size_t kSlots = kFlag + 1 + 8 + 6 * 4 + 8;
+  const auto edited = [&](std::size_t at, auto value) {
+    std::vector<char> bytes = good_;
+    std::memcpy(bytes.data() + at, &value, sizeof value);
+    FixChecksum(bytes);
+    return bytes;
+  };
+  {
+    std::uint64_t size = 0;
+    std::memcpy(&size, good_.data() + kSize, sizeof size);
+    ASSERT_EQ(size, 6u);  // the offsets above hold
+    ASSERT_EQ(static_cast<int>(good_[kTag]), static_cast<int>(Adam::checkpoint_tag));
+    ASSERT_EQ(static_cast<int>(good_[kSlots]), optex::kMaxStateSlots);
+  }
+  ExpectLoadFails(edited(kCount, std::uint32_t{0}), "ranges");
+  ExpectLoadFails(edited(kCount, std::uint32_t{0xFFFFFFFFu}), "ranges");
+  ExpectLoadFails(edited(kSize, std::uint64_t{5}), "add up to");
+  ExpectLoadFails(edited(kSize, std::uint64_t{0}), "size");
+  ExpectLoadFails(edited(kTag, std::uint8_t{99}), "unknown optimizer tag 99");
+  ExpectLoadFails(edited(kFlag, std::uint8_t{2}), "flag");
+  ExpectLoadFails(edited(kSlots, std::uint8_t{4}), "slots");
+  // An SGD tag over Adam's fields: the doubles read as SGD's, then the rest is misaligned.
+  ExpectLoadFails(edited(kTag, std::uint8_t{Sgd::checkpoint_tag}), "checkpoint");
+}
+
+// Ranges of two kinds, or a state whose slots are not the optimizer's, are refused.
+TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
+  // Two Adam ranges; the second range's tag becomes RmsProp's, whose fields take the same
+  // bytes (five doubles, then one flag), so the file still parses.
+  const optex::OptimizerRanges ranges{{2, Adam{.lr = 0.01}}, {4, Adam{.lr = 0.02}}};
+  Engine e(Start(6, 3), ranges, Options{});
+  Step(e);
+  std::vector<char> bytes = SavedBytes(e, "two.ckpt");
+  constexpr std::size_t kSecondTag = kHeader + 55 + 4 + 8 + 1 + 5 * 8 + 1 + 8;
+  ASSERT_EQ(static_cast<int>(bytes[kSecondTag]), static_cast<int>(Adam::checkpoint_tag));
+  bytes[kSecondTag] = static_cast<char>(optex::RmsProp::checkpoint_tag);
+  FixChecksum(bytes);
+  ExpectLoadFails(bytes, "optimizer kind");
+}
+
+// ---- files of earlier formats ----------------------------------------------------
+
+// Files that optex 0.1.0 wrote in format 2, in tests/data, with the values they hold in a
+// text file beside each (hexadecimal floats): Options{} with N = 3, T0 = 8, seed 5, d = 7,
+// five iterations on the objective above.
+struct OldFile {
+  const char* name;
+  Optimizer optimizer;  // what the engine ran
+};
+
+std::string DataPath(const std::string& name) {
+  return std::string(OPTEX_TEST_DATA_DIR) + "/" + name;
+}
+
+// "key v1 v2 ..." lines of the text file, values as written.
+std::map<std::string, std::vector<std::string>> ReadValues(const std::string& path) {
+  std::ifstream in(path);
+  std::map<std::string, std::vector<std::string>> values;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key, word;
+    words >> key;
+    while (words >> word) values[key].push_back(word);
+  }
+  return values;
+}
+
+std::vector<float> Floats(const std::vector<std::string>& words) {
+  std::vector<float> out;
+  for (const std::string& w : words) out.push_back(std::strtof(w.c_str(), nullptr));
+  return out;
+}
+
+// A format 2 file loads as the one-range engine it was, with the state in the
+// optimizer's slots (SGD's buffer in slot 0; Adam's m in 0 and v in 1), every value as
+// written; re-saved (format 3) and reloaded it is the same engine, and both continue alike.
+TEST_F(Checkpoint, ReadsFormatTwoFilesOfTheFirstRelease) {
+  for (const OldFile& f :
+       {OldFile{"format2-adam", Adam{.lr = 0.05, .weight_decay = 0.01}},
+        OldFile{"format2-sgd-nesterov", Sgd{.lr = 0.02, .momentum = 0.9, .nesterov = true}}}) {
+    SCOPED_TRACE(f.name);
+    const auto values = ReadValues(DataPath(std::string(f.name) + ".txt"));
+    ASSERT_EQ(values.count("x"), 1u) << "the values file is missing";
+    Engine old = Engine::load(DataPath(std::string(f.name) + ".ckpt"));
+    EXPECT_EQ(old.device(), optex::Device::cpu());
+    EXPECT_EQ(old.optimizer_ranges(), optex::OptimizerRanges(f.optimizer).for_dimension(7));
+    EXPECT_EQ(old.options().parallelism, 3);
+    EXPECT_EQ(old.options().history, 8);
+    EXPECT_EQ(old.options().seed, 5u);
+    EXPECT_EQ(old.iteration(), std::stoll(values.at("iteration")[0]));
+    EXPECT_EQ(old.evaluations(), std::stoll(values.at("evaluations")[0]));
+    EXPECT_EQ(old.rng_state(), std::stoull(values.at("rng")[0]));
+    EXPECT_EQ(old.history().size(), std::stoull(values.at("history")[0]));
+    EXPECT_TRUE(
+        SameBits(old.lengthscale(), std::strtod(values.at("lengthscale")[0].c_str(), nullptr)));
+    EXPECT_TRUE(BitEqual(old.iterate(), Floats(values.at("x"))));
+    const OptimizerState& state = old.optimizer_state();
+    EXPECT_EQ(state.step, std::stoll(values.at("step")[0]));
+    EXPECT_TRUE(BitEqual(state.slots[0], Floats(values.at("m"))));
+    EXPECT_TRUE(BitEqual(state.slots[1],
+                         Floats(values.count("v") ? values.at("v") : std::vector<std::string>{})));
+    EXPECT_TRUE(state.slots[2].empty());
+
+    old.save(Path("format3.ckpt"));
+    Engine again = Engine::load(Path("format3.ckpt"));
+    ASSERT_TRUE(SameEngine(again, old));
+    for (int t = 0; t < 3; ++t) {
+      Step(old);
+      Step(again);
+    }
+    EXPECT_TRUE(SameEngine(again, old));
+    EXPECT_GT(old.iteration(), std::stoll(values.at("iteration")[0]));
+  }
+}
+
+// Format 1 predates devices: format 2's payload without the device kind, index and
+// history precision after the seed. Such a file still loads, on the CPU.
 TEST_F(Checkpoint, ReadsFormatOneAsACpuRun) {
-  Engine e(Start(6, 3), Adam{.lr = 0.05}, Options{});
-  for (int t = 0; t < 4; ++t) Step(e);
-  std::vector<char> bytes = SavedBytes(e, "v2.ckpt");
+  std::vector<char> bytes = ReadBytes(DataPath("format2-adam.ckpt"));
+  ASSERT_GT(bytes.size(), kHeader + kTrailer);
+  std::uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, sizeof version);
+  ASSERT_EQ(version, 2u);
   // Options with an empty lengthscale grid: 4+4+1+8+8+1+1+1+4+(8+0)+1+8 bytes, then 1+4+1.
   constexpr std::size_t kDeviceFields = kHeader + 49;
   ASSERT_EQ(bytes[kDeviceFields], 0);  // Device::Kind::cpu
   bytes.erase(bytes.begin() + kDeviceFields, bytes.begin() + kDeviceFields + 6);
-  const std::uint32_t version = 1;
+  version = 1;
   std::memcpy(bytes.data() + 8, &version, sizeof version);
   const std::uint64_t payload = bytes.size() - kHeader - kTrailer;
   std::memcpy(bytes.data() + 12, &payload, sizeof payload);
@@ -453,13 +580,14 @@ TEST_F(Checkpoint, ReadsFormatOneAsACpuRun) {
   WriteBytes(Path("v1.ckpt"), bytes);
 
   Engine restored = Engine::load(Path("v1.ckpt"));
+  Engine v2 = Engine::load(DataPath("format2-adam.ckpt"));
   EXPECT_EQ(restored.device(), optex::Device::cpu());
-  EXPECT_TRUE(SameEngine(restored, e));
+  EXPECT_TRUE(SameEngine(restored, v2));
   for (int t = 0; t < 3; ++t) {
     Step(restored);
-    Step(e);
+    Step(v2);
   }
-  EXPECT_TRUE(SameEngine(restored, e));
+  EXPECT_TRUE(SameEngine(restored, v2));
 }
 
 // load()'s own arguments are checked as arguments (std::invalid_argument),

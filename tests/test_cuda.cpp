@@ -259,11 +259,11 @@ TEST_F(Cuda, EstimatorMatchesTheCpuOnTheSameHistory) {
   const std::vector<std::pair<std::string, Optimizer>> optimizers = {
       {"sgd_momentum", Sgd{.lr = 2e-5, .momentum = 0.9}}, {"adam", Adam{.lr = 1e-2}}};
   for (const auto& [name, opt] : optimizers) {
-    for (optex::Kernel kernel : {optex::Kernel::matern12, optex::Kernel::matern32,
-                                 optex::Kernel::matern52, optex::Kernel::rbf}) {
+    for (optex::Covariance kernel : {optex::Covariance::matern12, optex::Covariance::matern32,
+                                     optex::Covariance::matern52, optex::Covariance::rbf}) {
       for (optex::InputScaling scaling :
            {optex::InputScaling::none, optex::InputScaling::reference_mean_sqrt_norm}) {
-        const std::string label = name + "_" + std::string(optex::kernel_name(kernel)) +
+        const std::string label = name + "_" + std::string(optex::covariance_name(kernel)) +
                                   (scaling == optex::InputScaling::none ? "_none" : "_reference");
         SCOPED_TRACE(label);
         Options o = WithN(4, 17);

@@ -19,8 +19,8 @@
 
 #include "engine_equality.hpp"
 #include "optex/batch.hpp"
+#include "optex/covariance.hpp"
 #include "optex/engine.hpp"
-#include "optex/kernel.hpp"
 #include "optex/minimize.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
@@ -114,13 +114,13 @@ std::vector<double> ReferenceGpMean(const std::vector<std::vector<float>>& xs,
   Eigen::VectorXd kx(n);
   for (Eigen::Index i = 0; i < n; ++i) {
     for (Eigen::Index j = 0; j < n; ++j) {
-      k(i, j) = optex::kernel_value(
-          optex::Kernel::matern52,
+      k(i, j) = optex::covariance_value(
+          optex::Covariance::matern52,
           dist(xs[static_cast<std::size_t>(i)], xs[static_cast<std::size_t>(j)]) / l);
     }
     k(i, i) += noise;
-    kx(i) =
-        optex::kernel_value(optex::Kernel::matern52, dist(xs[static_cast<std::size_t>(i)], x) / l);
+    kx(i) = optex::covariance_value(optex::Covariance::matern52,
+                                    dist(xs[static_cast<std::size_t>(i)], x) / l);
   }
   const Eigen::VectorXd w = k.llt().solve(kx);
   std::vector<double> mu(d, 0.0);
@@ -412,16 +412,16 @@ TEST(EngineSemantics, ReferenceWarmupPredictsZeroAndAdvancesAdamsStepCounter) {
   EXPECT_TRUE(std::isnan(info.cosine));  // nothing was predicted
   // By hand: N-1 zero-gradient Adam steps, then the true one.
   std::vector<float> x = x0;
-  OptimizerState s = adam.init(x.size());
+  OptimizerState s = optex::init_state(adam, x.size());
   const std::vector<float> zero(x.size(), 0.0f);
-  for (int i = 0; i + 1 < kN; ++i) adam.step(x, s, zero);
-  adam.step(x, s, b.grad(kN - 1));
+  for (int i = 0; i + 1 < kN; ++i) optex::apply_step(adam, x, s, zero);
+  optex::apply_step(adam, x, s, b.grad(kN - 1));
   EXPECT_TRUE(BitEqual(engine.iterate(), x));
   EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), s));
   // Smaller than vanilla's first step (the moments decayed N-1 times).
   std::vector<float> vanilla = x0;
-  OptimizerState sv = adam.init(x.size());
-  adam.step(vanilla, sv, b.grad(kN - 1));
+  OptimizerState sv = optex::init_state(adam, x.size());
+  optex::apply_step(adam, vanilla, sv, b.grad(kN - 1));
   EXPECT_FALSE(BitEqual(vanilla, x));
   EXPECT_EQ(engine.history().size(), static_cast<std::size_t>(kN));
 }
@@ -860,11 +860,11 @@ TEST(EngineIterationCount, OptExNeedsAThirdOfAdamsIterationsOnASphere) {
   const double optex_loss = f.Evaluate(x_ref);
 
   std::vector<float> x = x0;
-  OptimizerState s = adam.init(x.size());
+  OptimizerState s = optex::init_state(adam, x.size());
   std::vector<float> g(x.size());
   for (int t = 0; t < 119; ++t) {
     f.EvaluateWithGradient(x, g);
-    adam.step(x, s, g);
+    optex::apply_step(adam, x, s, g);
   }
   const double adam_loss = f.Evaluate(x);
   EXPECT_GT(adam_loss, optex_loss) << "plain Adam reached OptEx's 40-iteration loss in 119 "

@@ -1,4 +1,4 @@
-// Tests of the GP gradient estimator and what it is built on: kernels (optex/kernel.hpp), the
+// Tests of the GP gradient estimator and what it is built on: kernels (optex/covariance.hpp), the
 // history ring buffer (optex/gradient_history.hpp), the streaming passes (optex/streaming.hpp)
 // and GpGradientEstimator (optex/gp_estimator.hpp), against brute-force double references.
 #include <gmock/gmock.h>
@@ -16,22 +16,22 @@
 #include <tuple>
 #include <vector>
 
+#include "optex/covariance.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
-#include "optex/kernel.hpp"
 #include "optex/options.hpp"
 #include "optex/streaming.hpp"
 #include "test_support.hpp"
 
 namespace {
 
+using optex::Covariance;
 using optex::GpGradientEstimator;
 using optex::GradientHistory;
 using optex::InputScaling;
-using optex::Kernel;
 
-constexpr Kernel kAllKernels[] = {Kernel::matern12, Kernel::matern32, Kernel::matern52,
-                                  Kernel::rbf};
+constexpr Covariance kAllKernels[] = {Covariance::matern12, Covariance::matern32,
+                                      Covariance::matern52, Covariance::rbf};
 
 using optex::test::distance;
 using optex::test::normal;
@@ -62,43 +62,44 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
 
 // ---- kernels ----------------------------------------------------------------------
 
-TEST(Kernel, UnitAtZeroDistance) {
-  for (Kernel k : kAllKernels)
-    EXPECT_DOUBLE_EQ(optex::kernel_value(k, 0.0), 1.0) << optex::kernel_name(k);
+TEST(Covariance, UnitAtZeroDistance) {
+  for (Covariance k : kAllKernels)
+    EXPECT_DOUBLE_EQ(optex::covariance_value(k, 0.0), 1.0) << optex::covariance_name(k);
 }
 
-TEST(Kernel, MatchesClosedForms) {
+TEST(Covariance, MatchesClosedForms) {
   const double s3 = std::sqrt(3.0);
   const double s5 = std::sqrt(5.0);
   for (double r : {0.05, 0.3, 1.0, 2.5, 7.0}) {
-    EXPECT_NEAR(optex::kernel_value(Kernel::matern12, r), std::exp(-r), 1e-14);
-    EXPECT_NEAR(optex::kernel_value(Kernel::matern32, r), (1.0 + s3 * r) * std::exp(-s3 * r),
-                1e-14);
-    EXPECT_NEAR(optex::kernel_value(Kernel::matern52, r),
+    EXPECT_NEAR(optex::covariance_value(Covariance::matern12, r), std::exp(-r), 1e-14);
+    EXPECT_NEAR(optex::covariance_value(Covariance::matern32, r),
+                (1.0 + s3 * r) * std::exp(-s3 * r), 1e-14);
+    EXPECT_NEAR(optex::covariance_value(Covariance::matern52, r),
                 (1.0 + s5 * r + 5.0 * r * r / 3.0) * std::exp(-s5 * r), 1e-14);
-    EXPECT_NEAR(optex::kernel_value(Kernel::rbf, r), std::exp(-r * r / 2.0), 1e-14);
+    EXPECT_NEAR(optex::covariance_value(Covariance::rbf, r), std::exp(-r * r / 2.0), 1e-14);
   }
   // Independent numbers (e.g. from scipy / GPy) pin the constants, not just the formula shape.
-  EXPECT_NEAR(optex::kernel_value(Kernel::matern52, 1.0), 0.52399411, 1e-7);
-  EXPECT_NEAR(optex::kernel_value(Kernel::matern32, 1.0), 0.48335772, 1e-7);
-  EXPECT_NEAR(optex::kernel_value(Kernel::rbf, 2.0), 0.13533528, 1e-7);
+  EXPECT_NEAR(optex::covariance_value(Covariance::matern52, 1.0), 0.52399411, 1e-7);
+  EXPECT_NEAR(optex::covariance_value(Covariance::matern32, 1.0), 0.48335772, 1e-7);
+  EXPECT_NEAR(optex::covariance_value(Covariance::rbf, 2.0), 0.13533528, 1e-7);
 }
 
-TEST(Kernel, DecreasesWithDistance) {
-  for (Kernel k : kAllKernels) {
+TEST(Covariance, DecreasesWithDistance) {
+  for (Covariance k : kAllKernels) {
     double previous = 1.0;
     for (double r = 0.25; r < 10.0; r += 0.25) {
-      const double v = optex::kernel_value(k, r);
-      EXPECT_LT(v, previous) << optex::kernel_name(k) << " at r = " << r;
+      const double v = optex::covariance_value(k, r);
+      EXPECT_LT(v, previous) << optex::covariance_name(k) << " at r = " << r;
       EXPECT_GT(v, 0.0);
       previous = v;
     }
   }
 }
 
-TEST(Kernel, NamesRoundTrip) {
-  for (Kernel k : kAllKernels) EXPECT_EQ(optex::kernel_from_name(optex::kernel_name(k)), k);
-  EXPECT_THROW(optex::kernel_from_name("matern72"), std::invalid_argument);
+TEST(Covariance, NamesRoundTrip) {
+  for (Covariance k : kAllKernels)
+    EXPECT_EQ(optex::covariance_from_name(optex::covariance_name(k)), k);
+  EXPECT_THROW(optex::covariance_from_name("matern72"), std::invalid_argument);
 }
 
 // ---- gradient history --------------------------------------------------------------
@@ -252,7 +253,7 @@ double median_distance(const GradientHistory& h) {
 TEST(GpGradientEstimator, ReproducesHistoryGradientsUpToNoise) {
   constexpr std::size_t kDim = 10;
   constexpr std::size_t kN = 6;
-  for (Kernel kernel : kAllKernels) {
+  for (Covariance kernel : kAllKernels) {
     std::mt19937 rng(11);
     const GradientHistory h = random_history(rng, kN, kDim);
     const double lengthscale = median_distance(h);
@@ -272,8 +273,8 @@ TEST(GpGradientEstimator, ReproducesHistoryGradientsUpToNoise) {
       smooth.predict(h, h.point(j), mu);
       best_smooth = std::min(best_smooth, relative_error(mu, h.gradient(j)));
     }
-    EXPECT_LT(worst_exact, 1e-4) << optex::kernel_name(kernel);
-    EXPECT_GT(best_smooth, 1e-2) << optex::kernel_name(kernel);
+    EXPECT_LT(worst_exact, 1e-4) << optex::covariance_name(kernel);
+    EXPECT_GT(best_smooth, 1e-2) << optex::covariance_name(kernel);
   }
 }
 
@@ -340,7 +341,7 @@ struct ReferenceGp {
   std::vector<double> mu;
 };
 
-ReferenceGp reference_gp(const GradientHistory& h, Kernel kernel, double noise,
+ReferenceGp reference_gp(const GradientHistory& h, Covariance kernel, double noise,
                          InputScaling scaling, double lengthscale, std::span<const float> x) {
   const std::size_t n = h.size();
   ReferenceGp out;
@@ -357,9 +358,9 @@ ReferenceGp reference_gp(const GradientHistory& h, Kernel kernel, double noise,
     for (Eigen::Index j = 0; j < ni; ++j) {
       const double r =
           distance(h.point(si), h.point(static_cast<std::size_t>(j))) / out.scale / lengthscale;
-      a(i, j) = optex::kernel_value(kernel, r) + (i == j ? noise : 0.0);
+      a(i, j) = optex::covariance_value(kernel, r) + (i == j ? noise : 0.0);
     }
-    k(i) = optex::kernel_value(kernel, distance(h.point(si), x) / out.scale / lengthscale);
+    k(i) = optex::covariance_value(kernel, distance(h.point(si), x) / out.scale / lengthscale);
   }
   const Eigen::VectorXd w = a.fullPivLu().solve(k);
   out.weights.assign(w.data(), w.data() + n);
@@ -369,7 +370,7 @@ ReferenceGp reference_gp(const GradientHistory& h, Kernel kernel, double noise,
   return out;
 }
 
-class MatchesReferenceGp : public ::testing::TestWithParam<std::tuple<Kernel, InputScaling>> {};
+class MatchesReferenceGp : public ::testing::TestWithParam<std::tuple<Covariance, InputScaling>> {};
 
 // (c) Every kernel and both input scalings against the direct computation.
 TEST_P(MatchesReferenceGp, AtFreshAndHistoryPoints) {
@@ -435,8 +436,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kAllKernels),
                        ::testing::Values(InputScaling::none,
                                          InputScaling::reference_mean_sqrt_norm)),
-    [](const ::testing::TestParamInfo<std::tuple<Kernel, InputScaling>>& p) {
-      return std::string(optex::kernel_name(std::get<0>(p.param))) +
+    [](const ::testing::TestParamInfo<std::tuple<Covariance, InputScaling>>& p) {
+      return std::string(optex::covariance_name(std::get<0>(p.param))) +
              (std::get<1>(p.param) == InputScaling::none ? "_none" : "_mean_sqrt_norm");
     });
 
@@ -448,7 +449,7 @@ TEST(GpGradientEstimator, JitterRescuesDuplicatedPoints) {
   const std::vector<float> b = random_vector(rng, kDim);
   const std::vector<float> ga = random_vector(rng, kDim);
   const std::vector<float> gb = random_vector(rng, kDim);
-  for (Kernel kernel : kAllKernels) {
+  for (Covariance kernel : kAllKernels) {
     GradientHistory h(4, kDim);
     h.push(a, ga);
     h.push(b, gb);
@@ -456,16 +457,16 @@ TEST(GpGradientEstimator, JitterRescuesDuplicatedPoints) {
     h.push(a, ga);
     GpGradientEstimator est(kernel, 0.0, InputScaling::none, 4);
     ASSERT_NO_THROW(est.fit(h, 1.0));
-    EXPECT_GT(est.jitter(), 0.0) << optex::kernel_name(kernel);
+    EXPECT_GT(est.jitter(), 0.0) << optex::covariance_name(kernel);
     EXPECT_LE(est.jitter(), 1e-2);
     std::vector<float> mu(kDim);
     for (const std::vector<float>& x : {a, b, random_vector(rng, kDim)}) {
       est.predict(h, x, mu);
-      for (float v : mu) EXPECT_TRUE(std::isfinite(v)) << optex::kernel_name(kernel);
+      for (float v : mu) EXPECT_TRUE(std::isfinite(v)) << optex::covariance_name(kernel);
     }
     // Consistent duplicates: the mean at a still reproduces g_a.
     est.predict(h, a, mu);
-    EXPECT_LT(relative_error(mu, ga), 1e-2) << optex::kernel_name(kernel);
+    EXPECT_LT(relative_error(mu, ga), 1e-2) << optex::covariance_name(kernel);
   }
 }
 
@@ -474,7 +475,7 @@ TEST(GpGradientEstimator, WeightsReconstructTheMean) {
   constexpr std::size_t kDim = 40;
   std::mt19937 rng(23);
   const GradientHistory h = random_history(rng, 9, kDim);
-  GpGradientEstimator est(Kernel::matern52, 1e-3, InputScaling::none, 9);
+  GpGradientEstimator est(Covariance::matern52, 1e-3, InputScaling::none, 9);
   est.fit(h, median_distance(h));
   const std::vector<float> x = random_vector(rng, kDim, 0.0, 0.5);
   std::vector<float> mu(kDim);
@@ -496,7 +497,7 @@ TEST(GpGradientEstimator, PredictNeedsAFitOfTheCurrentHistory) {
   GradientHistory h(4, 3);
   h.push(random_vector(rng, 3), random_vector(rng, 3));
   h.push(random_vector(rng, 3), random_vector(rng, 3));
-  GpGradientEstimator est(Kernel::matern52, 1e-3, InputScaling::none, 4);
+  GpGradientEstimator est(Covariance::matern52, 1e-3, InputScaling::none, 4);
   std::vector<float> mu(3);
   const std::vector<float> x(3, 0.0f);
   EXPECT_THROW(est.predict(h, x, mu), std::logic_error);  // never fitted
@@ -509,7 +510,7 @@ TEST(GpGradientEstimator, PredictNeedsAFitOfTheCurrentHistory) {
 // Negative noise would make the covariance indefinite: refused at construction.
 TEST(GpGradientEstimator, RejectsNegativeNoise) {
   try {
-    GpGradientEstimator est(Kernel::rbf, -1.0, InputScaling::none, 3);
+    GpGradientEstimator est(Covariance::rbf, -1.0, InputScaling::none, 3);
     FAIL() << "negative noise accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), testing::HasSubstr("noise"));
@@ -523,7 +524,7 @@ TEST(GpGradientEstimator, PredictAfterWrapAroundNeedsRefit) {
   GradientHistory h(2, 3);
   h.push(random_vector(rng, 3), random_vector(rng, 3));
   h.push(random_vector(rng, 3), random_vector(rng, 3));
-  GpGradientEstimator est(Kernel::matern52, 1e-3, InputScaling::none, 2);
+  GpGradientEstimator est(Covariance::matern52, 1e-3, InputScaling::none, 2);
   est.fit(h, 1.0);
   std::vector<float> mu(3);
   const std::vector<float> x(3, 0.0f);

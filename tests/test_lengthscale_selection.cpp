@@ -17,18 +17,18 @@
 #include <tuple>
 #include <vector>
 
+#include "optex/covariance.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
-#include "optex/kernel.hpp"
 #include "optex/lengthscale_selection.hpp"
 #include "optex/options.hpp"
 #include "test_support.hpp"
 
 namespace {
 
+using optex::Covariance;
 using optex::GradientHistory;
 using optex::InputScaling;
-using optex::Kernel;
 using optex::LengthscaleSelection;
 using optex::Options;
 
@@ -77,15 +77,15 @@ double scale_of(const GradientHistory& h, InputScaling s) {
 }
 
 // A = K + noise I in double from the raw points; `scaled_lengthscale` = lengthscale * scale.
-Eigen::MatrixXd covariance(const GradientHistory& h, Kernel kernel, double scaled_lengthscale,
+Eigen::MatrixXd covariance(const GradientHistory& h, Covariance kernel, double scaled_lengthscale,
                            double noise) {
   const auto n = static_cast<Eigen::Index>(h.size());
   Eigen::MatrixXd a(n, n);
   for (Eigen::Index i = 0; i < n; ++i)
     for (Eigen::Index j = 0; j < n; ++j)
-      a(i, j) = optex::kernel_value(kernel, distance(h.point(static_cast<std::size_t>(i)),
-                                                     h.point(static_cast<std::size_t>(j))) /
-                                                scaled_lengthscale) +
+      a(i, j) = optex::covariance_value(kernel, distance(h.point(static_cast<std::size_t>(i)),
+                                                         h.point(static_cast<std::size_t>(j))) /
+                                                    scaled_lengthscale) +
                 (i == j ? noise : 0.0);
   return a;
 }
@@ -102,7 +102,7 @@ Eigen::MatrixXd gradients(const GradientHistory& h) {
 }
 
 // sum_i ||mu_{-i}(x_i) - g_i||^2, refitting the GP on the other n-1 points for each i.
-double brute_force_loo(const GradientHistory& h, Kernel kernel, double scaled_lengthscale,
+double brute_force_loo(const GradientHistory& h, Covariance kernel, double scaled_lengthscale,
                        double noise) {
   const Eigen::MatrixXd a = covariance(h, kernel, scaled_lengthscale, noise);
   const Eigen::MatrixXd g = gradients(h);
@@ -130,7 +130,7 @@ double brute_force_loo(const GradientHistory& h, Kernel kernel, double scaled_le
 
 // n log tr(A^-1 Q) + log det A, with Q = G G^T: minus the profiled log marginal likelihood,
 // up to constants and a factor d / 2.
-double brute_force_marginal(const GradientHistory& h, Kernel kernel, double scaled_lengthscale,
+double brute_force_marginal(const GradientHistory& h, Covariance kernel, double scaled_lengthscale,
                             double noise) {
   const Eigen::MatrixXd a = covariance(h, kernel, scaled_lengthscale, noise);
   const Eigen::MatrixXd g = gradients(h);
@@ -204,7 +204,7 @@ TEST(SelectLengthscale, UnchangedWhenFixed) {
 
 // ---- the choice -----------------------------------------------------------------------
 
-using Combo = std::tuple<LengthscaleSelection, InputScaling, Kernel>;
+using Combo = std::tuple<LengthscaleSelection, InputScaling, Covariance>;
 
 class SelectionCriterion : public ::testing::TestWithParam<Combo> {
  protected:
@@ -249,16 +249,16 @@ TEST_P(SelectionCriterion, EqualsBruteForceOverTheGrid) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, SelectionCriterion,
-    ::testing::Combine(::testing::Values(LengthscaleSelection::leave_one_out,
-                                         LengthscaleSelection::marginal_likelihood),
-                       ::testing::Values(InputScaling::none,
-                                         InputScaling::reference_mean_sqrt_norm),
-                       ::testing::Values(Kernel::matern52, Kernel::rbf, Kernel::matern12)),
+    ::testing::Combine(
+        ::testing::Values(LengthscaleSelection::leave_one_out,
+                          LengthscaleSelection::marginal_likelihood),
+        ::testing::Values(InputScaling::none, InputScaling::reference_mean_sqrt_norm),
+        ::testing::Values(Covariance::matern52, Covariance::rbf, Covariance::matern12)),
     [](const ::testing::TestParamInfo<Combo>& p) {
       return std::string(std::get<0>(p.param) == LengthscaleSelection::leave_one_out ? "loo"
                                                                                      : "marginal") +
              (std::get<1>(p.param) == InputScaling::none ? "_none_" : "_mean_sqrt_norm_") +
-             std::string(optex::kernel_name(std::get<2>(p.param)));
+             std::string(optex::covariance_name(std::get<2>(p.param)));
     });
 
 // The LOO score is what the estimator itself would get wrong at each left-out point: refit
@@ -320,7 +320,7 @@ TEST(SelectLengthscale, HonoursACustomGrid) {
 TEST(SelectLengthscale, CriteriaDistinguishCandidates) {
   const GradientHistory h = smooth_history(6, 5, 5);
   const double median = median_distance(h);
-  for (Kernel k : {Kernel::matern52, Kernel::rbf}) {
+  for (Covariance k : {Covariance::matern52, Covariance::rbf}) {
     const double loo_small = brute_force_loo(h, k, 0.125 * median, 1e-2);
     const double loo_large = brute_force_loo(h, k, 4.0 * median, 1e-2);
     EXPECT_GT(std::abs(loo_small - loo_large), 1e-3 * std::max(loo_small, loo_large));

@@ -89,7 +89,7 @@ void parse_override(std::string_view method, std::string_view item, OptionOverri
     }
   } else if (key == "kernel") {
     try {
-      out.kernel = optex::kernel_from_name(value);
+      out.kernel = optex::covariance_from_name(value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("method '" + std::string(method) + "': " + e.what());
     }

@@ -56,7 +56,7 @@ struct OptionOverrides {
   std::optional<int> history;
   std::optional<double> fixed_lengthscale;
   std::optional<optex::LengthscaleSelection> selection;
-  std::optional<optex::Kernel> kernel;
+  std::optional<optex::Covariance> kernel;
 
   bool empty() const { return !history && !fixed_lengthscale && !selection && !kernel; }
 };

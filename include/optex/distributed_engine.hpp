@@ -104,7 +104,7 @@ class DistributedEngine {
   // communicator whose gradient rows live on another device than the
   // engine's, and, on every rank, when ranks were given different options,
   // optimizers or dimensions (naming the ranks).
-  DistributedEngine(std::span<const float> x0, Optimizer optimizer, Options options,
+  DistributedEngine(std::span<const float> x0, OptimizerRanges optimizer, Options options,
                     Communicator& communicator, DistributedOptions distributed = {});
 
   // Collective: every rank loads `path` (a file every rank can read) and the
@@ -120,7 +120,7 @@ class DistributedEngine {
   // step). Every rank must pass the same hyperparameters; otherwise, or when
   // one rank refuses them, every rank throws std::invalid_argument (naming
   // the ranks) and every engine keeps its old optimizer.
-  void set_optimizer(const Optimizer& optimizer);
+  void set_optimizer(const OptimizerRanges& optimizer);
 
   DistributedEngine(DistributedEngine&&) noexcept;
   DistributedEngine& operator=(DistributedEngine&&) noexcept;

@@ -30,8 +30,8 @@ namespace optex {
 // gradient. The callbacks run on every rank; the run stops when any rank's
 // callback returns true.
 template <class Objective, class... Callbacks>
-Result minimize_distributed(Objective&& objective, std::span<const float> x0, Optimizer optimizer,
-                            Options options, Communicator& communicator,
+Result minimize_distributed(Objective&& objective, std::span<const float> x0,
+                            OptimizerRanges optimizer, Options options, Communicator& communicator,
                             DistributedOptions distributed = {}, Stop stop = {},
                             Callbacks&&... callbacks) {
   using F = std::remove_reference_t<Objective>;

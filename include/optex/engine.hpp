@@ -34,6 +34,7 @@
 #include "optex/gradient_history.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
 
@@ -49,11 +50,14 @@ using GradientOracle = std::function<double(std::span<const float> x, std::span<
 
 class Engine {
  public:
-  // Throws std::invalid_argument, naming the parameter and its value, for an
-  // empty or non-finite x0, bad options or bad optimizer hyperparameters, or a
-  // device this build or machine does not have; std::runtime_error when the
-  // history does not fit in device memory.
-  Engine(std::span<const float> x0, Optimizer optimizer, Options options = {});
+  // `optimizer`: one base optimizer for every coordinate (Adam{...}), or
+  // hyperparameters per contiguous range of x (OptimizerRanges). Throws
+  // std::invalid_argument, naming the parameter and its value, for an empty
+  // or non-finite x0, bad options, bad optimizer hyperparameters or ranges
+  // that do not add up to x0's size, or a device this build or machine does
+  // not have; std::runtime_error when the history does not fit in device
+  // memory.
+  Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options = {});
 
   // Movable, not copyable: a batch names the engine it came from.
   Engine(Engine&&) noexcept;
@@ -84,13 +88,15 @@ class Engine {
   void set_gradient_oracle(GradientOracle oracle) { oracle_ = std::move(oracle); }
 
   // Changes the base optimizer's hyperparameters between iterations and keeps
-  // its state (moments, step count): what a learning-rate schedule needs. The
-  // new optimizer must be of the same kind (Sgd for Sgd, Adam for Adam), and
-  // SGD momentum may not switch between zero and non-zero (the momentum
-  // buffer would appear or vanish). Throws std::invalid_argument naming the
-  // hyperparameter, std::runtime_error between ask() and tell() (the pending
-  // batch was made with the old values); the engine is unchanged after a throw.
-  void set_optimizer(const Optimizer& optimizer);
+  // its state (moments, step count): what a learning-rate schedule needs.
+  // With ranges, give one optimizer per range, with the same sizes. Each must
+  // be of the same kind as before and keep the state layout and algorithm
+  // (SGD momentum may not switch between zero and non-zero, Adam may not
+  // become AdamW: Optimizer::cannot_become). Throws std::invalid_argument
+  // naming the hyperparameter, std::runtime_error between ask() and tell()
+  // (the pending batch was made with the old values); the engine is
+  // unchanged after a throw.
+  void set_optimizer(const OptimizerRanges& optimizer);
 
   // Checkpoints: everything that determines the rest of the trajectory. Saving
   // between ask() and tell() throws std::runtime_error. load() throws
@@ -113,7 +119,11 @@ class Engine {
   const float* device_iterate() const;
   const OptimizerState& optimizer_state() const;
   const GradientHistory& history() const;
-  const Optimizer& optimizer() const { return optimizer_; }
+  // The base optimizer of the first range (of every coordinate, unless the
+  // engine was given ranges).
+  const Optimizer& optimizer() const { return optimizer_.front(); }
+  // Every range and its hyperparameters, sized for dim().
+  const OptimizerRanges& optimizer_ranges() const { return optimizer_; }
   const Options& options() const { return options_; }
   std::int64_t iteration() const { return iteration_; }
   std::int64_t evaluations() const { return evaluations_; }
@@ -130,7 +140,7 @@ class Engine {
   const IterationInfo& commit(Batch& batch);
 
   Options options_;
-  Optimizer optimizer_;
+  OptimizerRanges optimizer_;                       // sized for dim()
   std::unique_ptr<detail::EngineBackend> backend_;  // everything of size d
   double lengthscale_;
   SplitMix64 rng_;

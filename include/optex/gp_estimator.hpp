@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
+#include "optex/covariance.hpp"
 #include "optex/gradient_history.hpp"
-#include "optex/kernel.hpp"
 #include "optex/options.hpp"
 
 namespace optex {
@@ -23,13 +23,13 @@ namespace optex {
 double input_scale(const HistoryGram& history, InputScaling scaling);
 
 // out = K + (noise + jitter) I over the history, with K_ij = k(dist_ij / (scale * lengthscale)).
-void covariance_matrix(const HistoryGram& history, Kernel kernel, double scaled_lengthscale,
+void covariance_matrix(const HistoryGram& history, Covariance kernel, double scaled_lengthscale,
                        double diagonal, Eigen::MatrixXd& out);
 
 class GpGradientEstimator {
  public:
   // Throws std::invalid_argument for a negative or non-finite noise.
-  GpGradientEstimator(Kernel kernel, double noise, InputScaling scaling, std::size_t capacity);
+  GpGradientEstimator(Covariance kernel, double noise, InputScaling scaling, std::size_t capacity);
 
   // Factorises the covariance of the current history. Jitter escalates by
   // decades from 0 up to 1e-2 while the factorisation reports a non-positive
@@ -46,7 +46,7 @@ class GpGradientEstimator {
   std::size_t fitted_size() const { return fitted_size_; }
 
  private:
-  Kernel kernel_;
+  Covariance kernel_;
   double noise_;
   InputScaling scaling_;
   double lengthscale_ = 1.0;

@@ -1,60 +1,26 @@
-// Stationary covariance kernels of the GP gradient estimator.
-//
-// Every kernel here is a function of r = ||x - x'|| / lengthscale with unit output
-// scale, so k(0) = 1. The output scale does not matter for the GP mean except
-// through the ratio noise / scale, which the `noise` option already sets.
+// The former names of the covariance functions, kept for existing code:
+// "kernel" now always means a CUDA kernel. Include optex/covariance.hpp.
 #pragma once
 
-#include <cmath>
-#include <stdexcept>
-#include <string>
 #include <string_view>
 
-#include "optex/detail/host_device.hpp"
+#include "optex/covariance.hpp"
 
 namespace optex {
 
-enum class Kernel { matern12, matern32, matern52, rbf };
+using Kernel [[deprecated("use optex::Covariance (optex/covariance.hpp)")]] = Covariance;
 
-// Shared with the CUDA kernels, hence the C math functions (::exp, ::sqrt).
-OPTEX_HOST_DEVICE inline double kernel_value(Kernel kernel, double r) noexcept {
-  switch (kernel) {
-    case Kernel::matern12:
-      return ::exp(-r);
-    case Kernel::matern32: {
-      const double a = ::sqrt(3.0) * r;
-      return (1.0 + a) * ::exp(-a);
-    }
-    case Kernel::matern52: {
-      const double a = ::sqrt(5.0) * r;
-      return (1.0 + a + a * a / 3.0) * ::exp(-a);
-    }
-    case Kernel::rbf:
-      return ::exp(-0.5 * r * r);
-  }
-  return 0.0;
+[[deprecated("use optex::covariance_value")]] inline double kernel_value(Covariance c,
+                                                                         double r) noexcept {
+  return covariance_value(c, r);
 }
-
-inline std::string_view kernel_name(Kernel kernel) noexcept {
-  switch (kernel) {
-    case Kernel::matern12:
-      return "matern12";
-    case Kernel::matern32:
-      return "matern32";
-    case Kernel::matern52:
-      return "matern52";
-    case Kernel::rbf:
-      return "rbf";
-  }
-  return "unknown";
+[[deprecated("use optex::covariance_name")]] inline std::string_view kernel_name(
+    Covariance c) noexcept {
+  return covariance_name(c);
 }
-
-inline Kernel kernel_from_name(std::string_view name) {
-  for (Kernel k : {Kernel::matern12, Kernel::matern32, Kernel::matern52, Kernel::rbf}) {
-    if (kernel_name(k) == name) return k;
-  }
-  throw std::invalid_argument("kernel: unknown kernel '" + std::string(name) +
-                              "' (expected matern12, matern32, matern52 or rbf)");
+[[deprecated("use optex::covariance_from_name")]] inline Covariance kernel_from_name(
+    std::string_view name) {
+  return covariance_from_name(name);
 }
 
 }  // namespace optex

@@ -68,7 +68,7 @@ inline std::optional<StopReason> stop_reason_after(const IterationInfo& info, co
 // it is also called sequentially for the proxy steps. Each callback receives
 // the IterationInfo of every round; one that returns true stops the run.
 template <class Objective, class... Callbacks>
-Result minimize(Objective&& objective, std::span<const float> x0, Optimizer optimizer,
+Result minimize(Objective&& objective, std::span<const float> x0, OptimizerRanges optimizer,
                 Options options = {}, Stop stop = {}, Callbacks&&... callbacks) {
   using F = std::remove_reference_t<Objective>;
   static_assert(optex::Objective<F>,

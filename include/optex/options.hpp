@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "optex/covariance.hpp"
 #include "optex/device.hpp"
-#include "optex/kernel.hpp"
 
 namespace optex {
 
@@ -57,7 +57,7 @@ struct Options {
   int parallelism = 4;  // N: points evaluated per iteration (one per worker)
   int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps (<= 4096)
 
-  Kernel kernel = Kernel::matern52;
+  Covariance kernel = Covariance::matern52;
   // Lengthscale in the units of the scaled inputs. With selection enabled it is
   // the starting value, and the grid is relative to the history's median distance.
   double lengthscale = 0.1;
@@ -87,7 +87,7 @@ struct Options {
     Options o;
     o.parallelism = parallelism;
     o.history = 50;
-    o.kernel = Kernel::matern52;
+    o.kernel = Covariance::matern52;
     o.lengthscale = 0.1;
     o.noise = 1e-3;
     o.input_scaling = InputScaling::reference_mean_sqrt_norm;

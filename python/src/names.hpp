@@ -9,8 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "optex/covariance.hpp"
 #include "optex/device.hpp"
-#include "optex/kernel.hpp"
 #include "optex/options.hpp"
 
 namespace optex::python {
@@ -19,12 +19,12 @@ template <class E>
 struct EnumNames;  // specialised below: `values`, a list of (value, name) pairs
 
 template <>
-struct EnumNames<Kernel> {
-  static constexpr std::array<std::pair<Kernel, std::string_view>, 4> values{{
-      {Kernel::matern12, "matern12"},
-      {Kernel::matern32, "matern32"},
-      {Kernel::matern52, "matern52"},
-      {Kernel::rbf, "rbf"},
+struct EnumNames<Covariance> {
+  static constexpr std::array<std::pair<Covariance, std::string_view>, 4> values{{
+      {Covariance::matern12, "matern12"},
+      {Covariance::matern32, "matern32"},
+      {Covariance::matern52, "matern52"},
+      {Covariance::rbf, "rbf"},
   }};
 };
 template <>

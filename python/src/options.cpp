@@ -109,12 +109,13 @@ const std::array<Field, 14> kFields{{
      [](Options& o, py::handle v) { o.history = to_int(v, "history"); },
      "T0: how many (point, gradient) pairs the estimator keeps, in [1, 4096]."},
     {"kernel", "str", [](const Options& o) -> py::object { return py::str(name_of(o.kernel)); },
-     [](Options& o, py::handle v) { o.kernel = to_enum<Kernel>(v, "kernel"); },
-     "Covariance kernel: 'matern12', 'matern32', 'matern52' or 'rbf'."},
+     [](Options& o, py::handle v) { o.kernel = to_enum<Covariance>(v, "kernel"); },
+     "Covariance function (GP kernel): 'matern12', 'matern32', 'matern52' or 'rbf'."},
     {"lengthscale", "float",
      [](const Options& o) -> py::object { return py::float_(o.lengthscale); },
      [](Options& o, py::handle v) { o.lengthscale = to_double(v, "lengthscale"); },
-     "Kernel lengthscale in the units of the scaled inputs (> 0); the starting value when "
+     "Lengthscale of the covariance in the units of the scaled inputs (> 0); the starting value "
+     "when "
      "lengthscale_selection is not 'fixed'."},
     {"noise", "float", [](const Options& o) -> py::object { return py::float_(o.noise); },
      [](Options& o, py::handle v) { o.noise = to_double(v, "noise"); },

@@ -1,18 +1,18 @@
 // A hash of everything that must agree between the ranks of a distributed run
 // before the first iteration: options (except the device index, which differs
-// per rank on GPUs), optimizer hyperparameters and dimension. Written with the
+// per rank on GPUs), optimizer ranges and hyperparameters, and dimension. Written with the
 // checkpoint's serialisation, so a new option cannot be forgotten here.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
 
 namespace optex::detail {
 
-std::uint64_t configuration_fingerprint(const Options& options, const Optimizer& optimizer,
+std::uint64_t configuration_fingerprint(const Options& options, const OptimizerRanges& optimizer,
                                         std::size_t dim);
 
 }  // namespace optex::detail

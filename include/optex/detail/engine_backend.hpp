@@ -21,6 +21,7 @@
 #include "optex/gradient_history.hpp"
 #include "optex/history_gram.hpp"
 #include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/optimizer_state.hpp"
 #include "optex/options.hpp"
 
@@ -93,9 +94,9 @@ class EngineBackend {
   // The iterate in the backend's memory (device pointer on a device), after
   // every queued write to it has finished.
   virtual const float* device_iterate() = 0;
-  // New hyperparameters for the steps to come; the caller checked that the
-  // state layout is unchanged.
-  virtual void set_optimizer(const Optimizer& optimizer) = 0;
+  // New hyperparameters for the steps to come, sized for dim(); the caller
+  // checked that the ranges and the state layout are unchanged.
+  virtual void set_optimizer(const OptimizerRanges& optimizer) = 0;
 
   // Replaces optimizer state and history wholesale (checkpoint restore). The
   // iterate was given at construction. Sizes are the caller's to check.
@@ -130,12 +131,13 @@ class EngineBackend {
 
 // The CPU backend.
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
-                                                const Optimizer& optimizer, const Options& options);
+                                                const OptimizerRanges& optimizer,
+                                                const Options& options);
 // The CUDA backend on options.device; throws std::invalid_argument when optex
 // was built without CUDA or the device does not exist, std::runtime_error
 // when the history does not fit in device memory.
 std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
-                                                 const Optimizer& optimizer,
+                                                 const OptimizerRanges& optimizer,
                                                  const Options& options);
 
 }  // namespace optex::detail

@@ -1,7 +1,5 @@
-// Tests of the shared per-coordinate formulas (optex/detail/elementwise.hpp): bf16 storage
-// conversion (round to nearest even, against exact encodings and an independent reference),
-// and sgd_update / adam_update against an independent double-precision scalar reference of the
-// PyTorch formulas.
+// Tests of bf16 storage (optex/detail/bf16.hpp), shared by the CPU emulation and the CUDA
+// kernels: round to nearest even, against exact encodings and an independent reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,10 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "optex/adam.hpp"
-#include "optex/detail/elementwise.hpp"
-#include "optex/optimizer_state.hpp"
-#include "optex/sgd.hpp"
+#include "optex/detail/bf16.hpp"
 
 namespace {
 
@@ -261,187 +256,6 @@ TEST(Bf16, LoadAsFloatReadsEitherStorageType) {
   const optex::detail::bf16_bits b = to_bf16(0.1f);
   EXPECT_EQ(optex::detail::load_as_float(b), from_bf16(b));
   EXPECT_NE(optex::detail::load_as_float(b), 0.1f);  // 0.1 is not a bf16 value
-}
-
-// ---- optimizer updates against a double-precision PyTorch reference -------------
-
-constexpr int kSteps = 8;
-
-// Coordinates of different sizes and signs; zero checks the weight-decay-free path.
-const std::vector<double> kStart = {1.25, -0.75, 3.5, -12.0, 0.0, 0.01, 250.0};
-
-// A gradient that depends on x and on the step, so that an error in one step propagates.
-double gradient_at(double x, std::size_t i, int t) {
-  return 0.3 * static_cast<double>(i + 1) * x + std::cos(static_cast<double>(2 * t + i) + 0.5);
-}
-
-double tol(double expected) { return 2e-5 * (1.0 + std::abs(expected)); }
-
-// Test names from the case's name field.
-struct CaseName {
-  template <class P>
-  std::string operator()(const ::testing::TestParamInfo<P>& p) const {
-    return p.param.name;
-  }
-};
-
-struct SgdCase {
-  const char* name;
-  double lr, momentum, weight_decay;
-  bool nesterov;
-};
-
-void PrintTo(const SgdCase& c, std::ostream* os) {
-  *os << c.name << " {lr " << c.lr << ", momentum " << c.momentum << ", weight_decay "
-      << c.weight_decay << (c.nesterov ? ", nesterov}" : "}");
-}
-
-// PyTorch torch.optim.SGD (dampening 0), one coordinate, in double.
-void reference_sgd(const SgdCase& c, double& x, double& buf, double g, int t) {
-  double d = g + c.weight_decay * x;
-  if (c.momentum != 0.0) {
-    buf = t == 0 ? d : c.momentum * buf + d;  // the buffer starts as the first gradient
-    d = c.nesterov ? d + c.momentum * buf : buf;
-  }
-  x -= c.lr * d;
-}
-
-class SgdUpdate : public ::testing::TestWithParam<SgdCase> {};
-
-TEST_P(SgdUpdate, MatchesPyTorchReference) {
-  const SgdCase c = GetParam();
-  const optex::Sgd o{
-      .lr = c.lr, .momentum = c.momentum, .nesterov = c.nesterov, .weight_decay = c.weight_decay};
-  for (std::size_t i = 0; i < kStart.size(); ++i) {
-    double rx = kStart[i], rb = 0.0;
-    float x = static_cast<float>(kStart[i]), b = 0.0f;
-    for (int t = 0; t < kSteps; ++t) {
-      // Both see the same gradient: the float x's, so only the update's rounding differs.
-      const double g = gradient_at(static_cast<double>(x), i, t);
-      reference_sgd(c, rx, rb, g, t);
-      optex::detail::sgd_update(x, b, static_cast<float>(g), optex::detail::sgd_coefficients(o, t));
-      ASSERT_NEAR(x, rx, tol(rx)) << "coordinate " << i << " step " << t;
-      if (c.momentum != 0.0) {
-        ASSERT_NEAR(b, rb, tol(rb)) << "coordinate " << i << " step " << t;
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Elementwise, SgdUpdate,
-                         ::testing::Values(SgdCase{"plain", 0.1, 0.0, 0.0, false},
-                                           SgdCase{"weight_decay", 0.05, 0.0, 0.01, false},
-                                           SgdCase{"momentum", 0.05, 0.9, 0.0, false},
-                                           SgdCase{"nesterov", 0.05, 0.9, 0.0, true},
-                                           SgdCase{"nesterov_weight_decay", 0.02, 0.8, 0.05, true},
-                                           SgdCase{"momentum_weight_decay", 0.02, 0.5, 0.05,
-                                                   false}),
-                         CaseName{});
-
-struct AdamCase {
-  const char* name;
-  double lr, beta1, beta2, eps, weight_decay;
-  bool decoupled;
-};
-
-void PrintTo(const AdamCase& c, std::ostream* os) {
-  *os << c.name << " {lr " << c.lr << ", betas " << c.beta1 << "/" << c.beta2 << ", eps " << c.eps
-      << ", weight_decay " << c.weight_decay << (c.decoupled ? ", decoupled}" : "}");
-}
-
-// PyTorch torch.optim.Adam / AdamW, one coordinate, in double; t is the 0-based step.
-void reference_adam(const AdamCase& c, double& x, double& m, double& v, double g, int t) {
-  if (c.decoupled) {
-    x *= 1.0 - c.lr * c.weight_decay;
-  } else {
-    g += c.weight_decay * x;
-  }
-  m = c.beta1 * m + (1.0 - c.beta1) * g;
-  v = c.beta2 * v + (1.0 - c.beta2) * g * g;
-  const double bias1 = 1.0 - std::pow(c.beta1, t + 1);
-  const double bias2 = 1.0 - std::pow(c.beta2, t + 1);
-  x -= c.lr / bias1 * m / (std::sqrt(v) / std::sqrt(bias2) + c.eps);
-}
-
-class AdamUpdate : public ::testing::TestWithParam<AdamCase> {};
-
-TEST_P(AdamUpdate, MatchesPyTorchReference) {
-  const AdamCase c = GetParam();
-  const optex::Adam o{.lr = c.lr,
-                      .beta1 = c.beta1,
-                      .beta2 = c.beta2,
-                      .eps = c.eps,
-                      .weight_decay = c.weight_decay,
-                      .decoupled_weight_decay = c.decoupled};
-  for (std::size_t i = 0; i < kStart.size(); ++i) {
-    double rx = kStart[i], rm = 0.0, rv = 0.0;
-    float x = static_cast<float>(kStart[i]), m = 0.0f, v = 0.0f;
-    for (int t = 0; t < kSteps; ++t) {
-      const double g = gradient_at(static_cast<double>(x), i, t);
-      reference_adam(c, rx, rm, rv, g, t);
-      optex::detail::adam_update(x, m, v, static_cast<float>(g),
-                                 optex::detail::adam_coefficients(o, t));
-      ASSERT_NEAR(x, rx, tol(rx)) << "coordinate " << i << " step " << t;
-      ASSERT_NEAR(m, rm, tol(rm)) << "coordinate " << i << " step " << t;
-      ASSERT_NEAR(v, rv, tol(rv)) << "coordinate " << i << " step " << t;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Elementwise, AdamUpdate,
-    ::testing::Values(AdamCase{"defaults", 1e-3, 0.9, 0.999, 1e-8, 0.0, false},
-                      AdamCase{"large_lr", 0.1, 0.9, 0.999, 1e-8, 0.0, false},
-                      AdamCase{"other_betas_eps", 0.05, 0.8, 0.99, 1e-6, 0.0, false},
-                      AdamCase{"l2", 0.01, 0.9, 0.999, 1e-8, 0.05, false},
-                      AdamCase{"adamw", 0.01, 0.9, 0.999, 1e-8, 0.05, true},
-                      AdamCase{"adamw_large_eps", 0.1, 0.5, 0.9, 1e-3, 0.2, true}),
-    CaseName{});
-
-// The first momentum step overwrites the buffer with the gradient rather than decaying what
-// it held: a buffer that is not zeroed (fresh device memory) must not leak into the update.
-TEST(Elementwise, FirstSgdMomentumStepIgnoresTheOldBuffer) {
-  const optex::Sgd o{.lr = 0.1, .momentum = 0.9};
-  float x = 2.0f, b = 123.0f;
-  optex::detail::sgd_update(x, b, 0.5f, optex::detail::sgd_coefficients(o, 0));
-  EXPECT_EQ(b, 0.5f);
-  EXPECT_FLOAT_EQ(x, 2.0f - 0.1f * 0.5f);
-  // From the second step on, the buffer decays: b = 0.9 * 0.5 + 0.25.
-  optex::detail::sgd_update(x, b, 0.25f, optex::detail::sgd_coefficients(o, 1));
-  EXPECT_FLOAT_EQ(b, 0.7f);
-  EXPECT_FLOAT_EQ(x, 2.0f - 0.1f * 0.5f - 0.1f * 0.7f);
-}
-
-// The vector steps are loops over these formulas: bitwise the same result, so that a
-// device kernel built on them can match the CPU bit for bit.
-TEST(Elementwise, VectorStepsAreTheScalarUpdates) {
-  std::vector<float> g(kStart.size());
-  const optex::Sgd sgd{.lr = 0.05, .momentum = 0.9, .nesterov = true, .weight_decay = 0.01};
-  const optex::Adam adam = optex::adamw(0.02, 0.1);
-  std::vector<float> xs(kStart.begin(), kStart.end()), xa = xs;
-  std::vector<float> ss = xs, sb(xs.size(), 0.0f), sa = xs, sm(xs.size()), sv(xs.size());
-  optex::OptimizerState state_sgd = sgd.init(xs.size());
-  optex::OptimizerState state_adam = adam.init(xa.size());
-  for (int t = 0; t < kSteps; ++t) {
-    for (std::size_t i = 0; i < g.size(); ++i)
-      g[i] = static_cast<float>(gradient_at(static_cast<double>(xs[i]), i, t));
-    sgd.step(xs, state_sgd, g);
-    for (std::size_t i = 0; i < g.size(); ++i)
-      optex::detail::sgd_update(ss[i], sb[i], g[i], optex::detail::sgd_coefficients(sgd, t));
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      ASSERT_EQ(to_bits(xs[i]), to_bits(ss[i])) << "sgd coordinate " << i << " step " << t;
-    }
-
-    for (std::size_t i = 0; i < g.size(); ++i)
-      g[i] = static_cast<float>(gradient_at(static_cast<double>(xa[i]), i, t));
-    adam.step(xa, state_adam, g);
-    for (std::size_t i = 0; i < g.size(); ++i)
-      optex::detail::adam_update(sa[i], sm[i], sv[i], g[i],
-                                 optex::detail::adam_coefficients(adam, t));
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      ASSERT_EQ(to_bits(xa[i]), to_bits(sa[i])) << "adam coordinate " << i << " step " << t;
-    }
-  }
 }
 
 }  // namespace

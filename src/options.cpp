@@ -1,13 +1,11 @@
-// Hyperparameter checks. Each names the parameter and the value it got.
+// Options::validate and Stop::validate. Each check names the field and the value it got.
 #include <cmath>
 #include <concepts>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
-#include "optex/adam.hpp"
 #include "optex/options.hpp"
-#include "optex/sgd.hpp"
 
 namespace optex {
 namespace {
@@ -30,9 +28,6 @@ void require_positive(const char* name, double v) {
 void require_non_negative(const char* name, double v) {
   if (!std::isfinite(v) || v < 0.0) reject(name, v, "finite and >= 0");
 }
-void require_unit_interval(const char* name, double v) {
-  if (!std::isfinite(v) || v < 0.0 || v >= 1.0) reject(name, v, "in [0, 1)");
-}
 
 }  // namespace
 
@@ -46,7 +41,7 @@ void Options::validate() const {
   if (selection_interval < 1) reject("selection_interval", selection_interval, ">= 1");
   for (double m : lengthscale_grid) require_positive("lengthscale_grid", m);
   if (static_cast<int>(kernel) < 0 || static_cast<int>(kernel) > 3)
-    reject("kernel", static_cast<int>(kernel), "one of the Kernel values");
+    reject("kernel", static_cast<int>(kernel), "one of the Covariance values");
   if (static_cast<int>(proxy) < 0 || static_cast<int>(proxy) > 2)
     reject("proxy", static_cast<int>(proxy), "one of the Proxy values");
   if (static_cast<int>(input_scaling) < 0 || static_cast<int>(input_scaling) > 1)
@@ -73,23 +68,6 @@ void Stop::validate() const {
   if (max_iters < 0) reject("max_iters", static_cast<double>(max_iters), ">= 0");
   if (std::isnan(target_loss)) reject("target_loss", target_loss, "a number");
   require_non_negative("grad_tol", grad_tol);
-}
-
-void Sgd::validate() const {
-  require_positive("lr", lr);
-  require_unit_interval("momentum", momentum);
-  require_non_negative("weight_decay", weight_decay);
-  if (nesterov && momentum == 0.0) reject("momentum", momentum, "> 0 when nesterov is set");
-}
-
-void Adam::validate() const {
-  require_positive("lr", lr);
-  require_unit_interval("beta1", beta1);
-  require_unit_interval("beta2", beta2);
-  require_positive("eps", eps);
-  require_non_negative("weight_decay", weight_decay);
-  if (decoupled_weight_decay && lr * weight_decay >= 1.0)
-    reject("weight_decay", weight_decay, "< 1 / lr with decoupled weight decay");
 }
 
 }  // namespace optex

@@ -1,0 +1,80 @@
+// Hyperparameters per contiguous range of the parameter vector: PyTorch's
+// parameter groups (no weight decay on biases and norms, per-layer learning
+// rates). Every range uses the same optimizer kind, so the state keeps one
+// layout over all of x; each range has its own values (lr, weight decay,
+// betas, momentum, ...).
+//
+//   optex::Engine engine(x0, optex::OptimizerRanges{{weights, optex::adamw(1e-3, 0.05)},
+//                                                   {biases, optex::adamw(1e-3, 0.0)}},
+//                        options);
+//
+// One optimizer converts to a single range that covers every coordinate,
+// whatever the dimension: Engine(x0, optex::Adam{.lr = 1e-3}) is that.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "optex/optimizer.hpp"
+
+namespace optex {
+
+struct OptimizerRange {
+  std::size_t size = 0;  // coordinates: the range follows the one before it
+  Optimizer optimizer;
+
+  friend bool operator==(const OptimizerRange&, const OptimizerRange&) = default;
+};
+
+class OptimizerRanges {
+ public:
+  // One range that covers every coordinate.
+  OptimizerRanges(Optimizer optimizer);  // NOLINT(google-explicit-constructor): the common case
+  template <BaseOptimizer O>
+  OptimizerRanges(const O& optimizer)  // NOLINT(google-explicit-constructor)
+      : OptimizerRanges(Optimizer(optimizer)) {}
+  // Consecutive ranges from coordinate 0, in order; their sizes must add up
+  // to the dimension of the engine they are given to.
+  OptimizerRanges(std::vector<OptimizerRange> ranges);  // NOLINT(google-explicit-constructor)
+  OptimizerRanges(std::initializer_list<OptimizerRange> ranges)
+      : OptimizerRanges(std::vector<OptimizerRange>(ranges)) {}
+
+  // Built from one optimizer: one range whose size follows the dimension.
+  bool covers_any_dimension() const { return covers_any_dimension_; }
+  std::size_t count() const { return ranges_.size(); }
+  std::span<const OptimizerRange> ranges() const { return ranges_; }
+  const OptimizerRange& operator[](std::size_t r) const { return ranges_[r]; }
+  // The optimizer of the first range (the only one, unless ranges were given).
+  const Optimizer& front() const { return ranges_.front().optimizer; }
+  // The slots the state keeps: those of any range.
+  StateSlots state_slots() const;
+
+  // The same ranges sized for dimension `dim`. Throws std::invalid_argument
+  // for no range, a range of size 0, sizes that do not add up to dim, ranges
+  // of different optimizer kinds, or a bad hyperparameter (its message,
+  // prefixed by "range r: " when there are several ranges).
+  OptimizerRanges for_dimension(std::size_t dim) const;
+
+  friend bool operator==(const OptimizerRanges&, const OptimizerRanges&) = default;
+
+ private:
+  std::vector<OptimizerRange> ranges_;
+  bool covers_any_dimension_ = false;
+};
+
+// The ranges that `ranges` can be replaced with in a running engine: the
+// same sizes, kinds and state layouts. Returns why not ("" if it can).
+std::string cannot_replace(const OptimizerRanges& current, const OptimizerRanges& next);
+
+// One update of x in place, each range with its own hyperparameters; ranges
+// must be sized for x (for_dimension). Advances s.step once.
+void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                std::span<const float> g);
+
+inline OptimizerState init_state(const OptimizerRanges& ranges, std::size_t dim) {
+  return zero_state(ranges.state_slots(), dim);
+}
+
+}  // namespace optex

@@ -1,0 +1,90 @@
+// A base optimizer's hyperparameters as data. Each optimizer lists its fields
+// once (name, member, requirement, documentation); validation, checkpoints,
+// the configuration fingerprint of the distributed engine, the Python classes
+// and the PyTorch facade all read that one list, so none of them has to be
+// edited when an optimizer is added.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+
+namespace optex {
+
+// What a hyperparameter's value must satisfy.
+enum class Requirement {
+  positive,       // finite and > 0
+  non_negative,   // finite and >= 0
+  unit_interval,  // in [0, 1)
+  flag,           // a bool: anything goes
+};
+
+template <class Owner, class Value>
+struct Hyperparameter {
+  static_assert(std::is_same_v<Value, double> || std::is_same_v<Value, bool>,
+                "hyperparameters are doubles or bools (the checkpoint and binding formats)");
+  using value_type = Value;
+  using Member = Value Owner::*;
+
+  std::string_view name;  // also the Python attribute and keyword
+  Member member;
+  Requirement requirement;
+  std::string_view doc;  // one line, for the Python attribute
+  // False: fixed by the Python class instead of being an attribute (AdamW is
+  // an Adam whose decoupled_weight_decay is always set).
+  bool in_python = true;
+};
+
+// One Python class of an optimizer: its name, docstring and defaults. The
+// fields hidden from Python take their values from `defaults`.
+template <class Owner>
+struct PythonClass {
+  std::string_view name;
+  std::string_view doc;
+  Owner defaults;
+};
+
+namespace detail {
+
+// "lr: must be finite and > 0, got nan": throws std::invalid_argument.
+[[noreturn]] void reject(std::string_view name, double value, std::string_view requirement);
+std::string_view requirement_text(Requirement requirement);
+
+inline bool satisfies(double v, Requirement requirement) {
+  switch (requirement) {
+    case Requirement::positive:
+      return std::isfinite(v) && v > 0.0;
+    case Requirement::non_negative:
+      return std::isfinite(v) && v >= 0.0;
+    case Requirement::unit_interval:
+      return std::isfinite(v) && v >= 0.0 && v < 1.0;
+    case Requirement::flag:
+      return true;
+  }
+  return false;
+}
+
+// Calls f(field) for every hyperparameter of Optimizer, in declaration order.
+template <class Optimizer, class F>
+constexpr void for_each_hyperparameter(F&& f) {
+  std::apply([&](const auto&... field) { (f(field), ...); }, Optimizer::hyperparameters());
+}
+
+// Checks each field against its requirement, in order; the first failure
+// throws std::invalid_argument naming the field and the value.
+template <class Optimizer>
+void check_hyperparameters(const Optimizer& o) {
+  for_each_hyperparameter<Optimizer>([&](const auto& field) {
+    if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, double>) {
+      const double v = o.*field.member;
+      if (!satisfies(v, field.requirement))
+        reject(field.name, v, requirement_text(field.requirement));
+    }
+  });
+}
+
+}  // namespace detail
+}  // namespace optex

@@ -1,0 +1,80 @@
+// Per-range hyperparameters: their shape rules and how they may change.
+#include "optex/optimizer_ranges.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace optex {
+namespace {
+
+std::string range_prefix(std::size_t r, std::size_t count) {
+  return count > 1 ? "range " + std::to_string(r) + ": " : "";
+}
+
+}  // namespace
+
+OptimizerRanges::OptimizerRanges(Optimizer optimizer)
+    : ranges_{OptimizerRange{0, std::move(optimizer)}}, covers_any_dimension_(true) {}
+
+OptimizerRanges::OptimizerRanges(std::vector<OptimizerRange> ranges) : ranges_(std::move(ranges)) {
+  if (ranges_.empty()) {
+    throw std::invalid_argument("optimizer ranges: need at least one range, got none");
+  }
+  for (std::size_t r = 0; r < ranges_.size(); ++r) {
+    if (ranges_[r].size == 0) {
+      throw std::invalid_argument("optimizer ranges: range " + std::to_string(r) +
+                                  " has size 0 (every range needs at least one coordinate)");
+    }
+    if (ranges_[r].optimizer.index() != ranges_[0].optimizer.index()) {
+      throw std::invalid_argument("optimizer ranges: range " + std::to_string(r) + " is " +
+                                  std::string(optimizer_name(ranges_[r].optimizer)) +
+                                  " but range 0 is " +
+                                  std::string(optimizer_name(ranges_[0].optimizer)) +
+                                  " (every range shares one optimizer kind and one state layout)");
+    }
+  }
+}
+
+StateSlots OptimizerRanges::state_slots() const {
+  StateSlots slots;
+  for (const OptimizerRange& r : ranges_) slots = slots | optex::state_slots(r.optimizer);
+  return slots;
+}
+
+OptimizerRanges OptimizerRanges::for_dimension(std::size_t dim) const {
+  for (std::size_t r = 0; r < ranges_.size(); ++r) {
+    try {
+      validate(ranges_[r].optimizer);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(range_prefix(r, ranges_.size()) + e.what());
+    }
+  }
+  if (covers_any_dimension_) return OptimizerRanges({OptimizerRange{dim, ranges_[0].optimizer}});
+  std::size_t total = 0;
+  for (const OptimizerRange& r : ranges_) total += r.size;
+  if (total != dim) {
+    throw std::invalid_argument("optimizer ranges: the sizes add up to " + std::to_string(total) +
+                                ", but the dimension is " + std::to_string(dim));
+  }
+  return *this;
+}
+
+std::string cannot_replace(const OptimizerRanges& current, const OptimizerRanges& next) {
+  if (current.count() != next.count()) {
+    return "optimizer ranges: " + std::to_string(next.count()) + " cannot replace " +
+           std::to_string(current.count()) +
+           " (give one optimizer per range of the running engine)";
+  }
+  for (std::size_t r = 0; r < current.count(); ++r) {
+    if (!next.covers_any_dimension() && next[r].size != current[r].size) {
+      return "optimizer ranges: range " + std::to_string(r) + " has size " +
+             std::to_string(next[r].size) + ", the running engine's has " +
+             std::to_string(current[r].size);
+    }
+    std::string why = cannot_replace(current[r].optimizer, next[r].optimizer);
+    if (!why.empty()) return range_prefix(r, current.count()) + why;
+  }
+  return {};
+}
+
+}  // namespace optex

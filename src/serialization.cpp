@@ -1,0 +1,124 @@
+#include "serialization.hpp"
+
+#include <optional>
+
+namespace optex::detail {
+namespace {
+
+template <class O>
+void put_fields(Writer& w, const O& o) {
+  for_each_hyperparameter<O>([&](const auto& field) {
+    if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, bool>) {
+      w.put<std::uint8_t>(o.*field.member ? 1 : 0);
+    } else {
+      w.put<double>(o.*field.member);
+    }
+  });
+}
+
+template <class O>
+O get_fields(Reader& r) {
+  O o;
+  for_each_hyperparameter<O>([&](const auto& field) {
+    if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, bool>) {
+      o.*field.member = r.get_flag();
+    } else {
+      o.*field.member = r.get<double>();
+    }
+  });
+  return o;
+}
+
+}  // namespace
+
+void put_options(Writer& w, const Options& o) {
+  w.put<std::int32_t>(o.parallelism);
+  w.put<std::int32_t>(o.history);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.kernel));
+  w.put(o.lengthscale);
+  w.put(o.noise);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.input_scaling));
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.warmup));
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.lengthscale_selection));
+  w.put<std::int32_t>(o.selection_interval);
+  w.put_vector(o.lengthscale_grid);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.proxy));
+  w.put(o.seed);
+  // Format 2.
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.device.kind));
+  w.put<std::int32_t>(o.device.index);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.history_precision));
+}
+
+Options get_options(Reader& r, std::uint32_t version) {
+  Options o;
+  o.parallelism = r.get<std::int32_t>();
+  o.history = r.get<std::int32_t>();
+  o.kernel = static_cast<Covariance>(r.get<std::uint8_t>());
+  o.lengthscale = r.get<double>();
+  o.noise = r.get<double>();
+  o.input_scaling = static_cast<InputScaling>(r.get<std::uint8_t>());
+  o.warmup = static_cast<Warmup>(r.get<std::uint8_t>());
+  o.lengthscale_selection = static_cast<LengthscaleSelection>(r.get<std::uint8_t>());
+  o.selection_interval = r.get<std::int32_t>();
+  o.lengthscale_grid = r.get_vector<double>(1 << 16);
+  o.proxy = static_cast<Proxy>(r.get<std::uint8_t>());
+  o.seed = r.get<std::uint64_t>();
+  if (version >= 2) {  // format 1 predates devices: CPU, fp32
+    o.device.kind = static_cast<Device::Kind>(r.get<std::uint8_t>());
+    o.device.index = r.get<std::int32_t>();
+    o.history_precision = static_cast<Precision>(r.get<std::uint8_t>());
+  }
+  return o;
+}
+
+void put_optimizer(Writer& w, const Optimizer& optimizer) {
+  std::visit(
+      [&](const auto& o) {
+        w.put<std::uint8_t>(o.checkpoint_tag);
+        put_fields(w, o);
+      },
+      optimizer);
+}
+
+Optimizer get_optimizer(Reader& r) {
+  const auto tag = r.get<std::uint8_t>();
+  std::optional<Optimizer> found;
+  for_each_optimizer_kind([&](auto kind) {
+    using O = typename decltype(kind)::type;
+    if (!found && tag == O::checkpoint_tag) found = get_fields<O>(r);
+  });
+  if (!found) r.fail("unknown optimizer tag " + std::to_string(tag));
+  return *found;
+}
+
+void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges) {
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(ranges.count()));
+  for (const OptimizerRange& range : ranges.ranges()) {
+    w.put<std::uint64_t>(range.size);
+    put_optimizer(w, range.optimizer);
+  }
+}
+
+OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit) {
+  const auto count = r.get<std::uint32_t>();
+  // Each range takes at least its size and its tag: a count the bytes left cannot hold is
+  // refused before anything is allocated for it.
+  constexpr std::size_t kMinRangeBytes = sizeof(std::uint64_t) + sizeof(std::uint8_t);
+  if (count == 0 || count > dim_limit || count > r.remaining() / kMinRangeBytes)
+    r.fail("the number of optimizer ranges is out of range");
+  std::vector<OptimizerRange> ranges;
+  ranges.reserve(count);
+  for (std::uint32_t k = 0; k < count; ++k) {
+    const auto size = r.get<std::uint64_t>();
+    if (size == 0 || size > dim_limit) r.fail("an optimizer range's size is out of range");
+    ranges.push_back({static_cast<std::size_t>(size), get_optimizer(r)});
+  }
+  try {
+    return OptimizerRanges(std::move(ranges));
+  } catch (const std::invalid_argument& e) {
+    r.fail(std::string("invalid content: ") + e.what());
+  }
+}
+
+}  // namespace optex::detail

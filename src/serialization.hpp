@@ -1,0 +1,113 @@
+// The byte encoding shared by checkpoints (checkpoint.cpp) and the
+// distributed engine's configuration fingerprint
+// (configuration_fingerprint.cpp): one writer and one reader, and the
+// encodings of Options and of the optimizer ranges. Little-endian; every
+// array is a u64 count followed by its elements.
+//
+// Private to the library (src/): the file format is documented in
+// checkpoint.cpp and docs/DESIGN.md section 6.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "optex/optimizer_ranges.hpp"
+#include "optex/options.hpp"
+
+namespace optex::detail {
+
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  }
+  template <class T>
+  void put_vector(std::span<const T> v) {
+    put<std::uint64_t>(v.size());
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    bytes_.insert(bytes_.end(), p, p + v.size() * sizeof(T));
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v, std::size_t count) {
+    put_vector(std::span<const T>(v.data(), count));
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v) {
+    put_vector(v, v.size());
+  }
+  const std::vector<char>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+class Reader {
+ public:
+  Reader(const char* data, std::size_t size, std::string path)
+      : data_(data), size_(size), path_(std::move(path)) {}
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    T v;
+    need(sizeof(T));
+    std::memcpy(&v, data_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  // A flag stored as one byte: 0 or 1, anything else is refused.
+  bool get_flag() {
+    const auto b = get<std::uint8_t>();
+    if (b > 1) fail("a flag holds " + std::to_string(b) + " (expected 0 or 1)");
+    return b != 0;
+  }
+  // Reads a counted array, refusing counts the remaining bytes cannot hold.
+  template <class T>
+  std::vector<T> get_vector(std::size_t max_count) {
+    const auto count = get<std::uint64_t>();
+    if (count > max_count || count > (size_ - pos_) / sizeof(T))
+      fail("an array length is out of range");
+    std::vector<T> v(static_cast<std::size_t>(count));
+    if (!v.empty()) std::memcpy(v.data(), data_ + pos_, v.size() * sizeof(T));
+    pos_ += v.size() * sizeof(T);
+    return v;
+  }
+  bool at_end() const { return pos_ == size_; }
+  std::size_t remaining() const { return size_ - pos_; }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw std::runtime_error("checkpoint '" + path_ + "': " + why);
+  }
+
+ private:
+  void need(std::size_t n) const {
+    if (size_ - pos_ < n) fail("truncated payload");
+  }
+  const char* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+  std::string path_;
+};
+
+// Options: every field, in the order of format `version` (1 has no device
+// and history precision: CPU, fp32).
+void put_options(Writer& w, const Options& o);
+Options get_options(Reader& r, std::uint32_t version);
+
+// One optimizer: its checkpoint tag, then its hyperparameters in declaration
+// order (a double as 8 bytes, a bool as one byte). Formats 1 and 2 stored
+// the single optimizer of an engine exactly so.
+void put_optimizer(Writer& w, const Optimizer& optimizer);
+Optimizer get_optimizer(Reader& r);
+
+// Format 3: a u32 count, then per range its u64 size and its optimizer.
+void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges);
+OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit);
+
+}  // namespace optex::detail
