@@ -13,6 +13,7 @@
 //   host views     one each (iterate, optimizer_state, history, row copies)
 //
 // Compiled by the host compiler; the kernels are behind cuda/kernels.cuh.
+// What runs where on the device, and why: DESIGN.md section 8.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
