@@ -16,6 +16,7 @@
 // state, host views, restore), cuda_backend_ask.cpp (the fit and the proxy
 // steps of ask()) and cuda_backend_commit.cpp (tell()'s checks and commit).
 // Compiled by the host compiler; the kernels are behind kernels.cuh.
+// What runs where on the device, and why: docs/DESIGN.md section 8.
 // Private to the library.
 #pragma once
 

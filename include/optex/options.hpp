@@ -80,7 +80,7 @@ struct Options {
   // arithmetic stays fp32 / fp64). See Precision for what bf16 costs.
   Precision history_precision = Precision::fp32;
 
-  // The authors' reference semantics (optex_jax/OptEx_JAX.py): Matern-5/2,
+  // The reference semantics of the authors' JAX code: Matern-5/2,
   // lengthscale 0.1 on inputs divided by mean sqrt(||x_j||), noise 1e-3,
   // T0 = 50, zero gradient before two history points, no selection.
   static Options reference(int parallelism = 5) {

@@ -254,7 +254,7 @@ a new Options with both keywords.
       "reference", [](int parallelism) { return Options::reference(parallelism); },
       // The C++ default argument of Options::reference.
       py::arg("parallelism") = 5,
-      R"doc(The authors' reference semantics (optex_jax/OptEx_JAX.py): Matern-5/2,
+      R"doc(The reference semantics of the authors' JAX code: Matern-5/2,
 lengthscale 0.1 on inputs divided by the mean of sqrt(||x_j||), noise 1e-3,
 history 50, a zero predicted gradient before two history points exist, no
 lengthscale selection.

@@ -8,6 +8,7 @@
 // (src/cpu_backend.cpp) with Eigen and the streaming passes, the CUDA backend
 // (cuda/cuda_backend.cpp) with cuBLAS, cuSOLVER and fused kernels.
 //
+// What each side owns and each function's contract: DESIGN.md section 7.
 // Not part of the public API: it may change between versions.
 #pragma once
 
