@@ -214,15 +214,7 @@ int DistributedEngine::group() const { return rank() / distributed_.data_paralle
 int DistributedEngine::data_rank() const { return rank() % distributed_.data_parallel; }
 
 DistributedEngine::PointRange DistributedEngine::points_of_group(int g) const {
-  if (g < 0 || g >= groups_) {
-    throw std::out_of_range("group: " + std::to_string(g) + " is outside [0, " +
-                            std::to_string(groups_) + ")");
-  }
-  const int n = engine_.options().parallelism;
-  const int base = n / groups_;
-  const int extra = n % groups_;
-  const int begin = g * base + std::min(g, extra);
-  return {begin, base + (g < extra ? 1 : 0)};
+  return point_range(engine_.options().parallelism, groups_, g);
 }
 
 Batch& DistributedEngine::ask() {

@@ -19,10 +19,10 @@
 // Layout. The W ranks form G = W / D groups of D ranks (D =
 // DistributedOptions::data_parallel). The N points are split over the groups
 // in contiguous blocks (group g gets N / G points, the first N % G groups one
-// more); every rank of a group evaluates the group's points, each on its own
-// minibatch (seed(i)), and the group's gradient is the mean over its D ranks
-// in rank order (data_parallel.hpp). D = 1 is plain OptEx over W workers.
-// Rank r is data rank r % D of group r / D.
+// more: point_split.hpp); every rank of a group evaluates the group's points,
+// each on its own minibatch (seed(i)), and the group's gradient is the mean
+// over its D ranks in rank order (data_parallel.hpp). D = 1 is plain OptEx
+// over W workers. Rank r is data rank r % D of group r / D.
 //
 // Failures. A rank that cannot evaluate a point calls fail(i, message) (the
 // distributed minimize does this for an exception). At tell() every rank
@@ -47,6 +47,7 @@
 
 #include "optex/communicator.hpp"
 #include "optex/engine.hpp"
+#include "optex/point_split.hpp"
 
 namespace optex {
 
@@ -129,25 +130,12 @@ class DistributedEngine {
   // The N points of this iteration, the same on every rank. Not collective.
   Batch& ask();
 
-  // The points this rank evaluates, shared with its group:
-  // first, first + 1, ..., first + count - 1. Iterable: for (int i : range).
-  struct PointRange {
-    int first = 0;
-    int count = 0;
-    struct Iterator {
-      int i;
-      int operator*() const { return i; }
-      Iterator& operator++() {
-        ++i;
-        return *this;
-      }
-      bool operator!=(const Iterator& o) const { return i != o.i; }
-    };
-    Iterator begin() const { return {first}; }
-    Iterator end() const { return {first + count}; }
-    bool contains(int i) const { return i >= first && i < first + count; }
-  };
+  // The points this rank evaluates, shared with its group: first, first + 1,
+  // ..., first + count - 1 (point_split.hpp). Iterable: for (int i : range).
+  using PointRange = optex::PointRange;
   PointRange my_points() const { return points_of_group(group()); }
+  // point_range(parallelism, groups(), group): std::out_of_range for a group
+  // outside [0, groups()).
   PointRange points_of_group(int group) const;
 
   // The seed of this rank's minibatch at point i of the pending batch:

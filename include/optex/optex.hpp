@@ -21,6 +21,7 @@
 #include "optex/objective.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
+#include "optex/point_split.hpp"
 #include "optex/problems.hpp"
 #include "optex/progress_bar.hpp"
 #include "optex/random.hpp"

@@ -31,6 +31,7 @@ from ._optex import (
     __version__,
     built_with_cuda,
     cuda_device_count,
+    point_range,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "built_with_cuda",
     "cuda_device_count",
     "minimize",
+    "point_range",
     "problems",
 ]
 

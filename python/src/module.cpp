@@ -21,6 +21,7 @@ PYBIND11_MODULE(_optex, m) {
   register_options(m);
   register_device_array(m);
   register_engine(m);
+  register_point_split(m);
   py::module_ problems = m.def_submodule("problems", "The shipped test problems.");
   register_problems(problems);
 }

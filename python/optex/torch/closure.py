@@ -1,0 +1,72 @@
+"""The closure protocol of ``torch.optim.LBFGS``, as ``optex.torch.OptEx.step`` uses it.
+
+The closure zeroes the gradients, computes the loss, calls ``backward()`` and
+returns the loss. ``step`` calls it once per point: the point is written into
+the parameters first, and the gradients are read from them afterwards.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .layout import FlatLayout
+
+Closure = Callable[[], Any]
+
+
+def check_closure(closure: Any) -> None:
+    """ValueError unless ``closure`` is a callable (step() has no closure-free form)."""
+    if closure is None or not callable(closure):
+        raise ValueError(
+            "closure: optex.torch.OptEx.step needs a closure that zeroes the gradients, "
+            "computes the loss, calls loss.backward() and returns the loss "
+            f"(as torch.optim.LBFGS), got {closure!r}"
+        )
+
+
+def evaluate(closure: Closure, layout: FlatLayout, point: torch.Tensor,
+             grad_out: torch.Tensor) -> tuple[Any, float]:
+    """Writes ``point`` (float32, on the parameters' device) into the parameters, calls
+    the closure, writes the gradient into ``grad_out``; returns (the closure's value,
+    the loss as a float)."""
+    layout.write(point)
+    layout.clear_grads()
+    with torch.enable_grad():
+        result = closure()
+    loss = _loss_of(result)
+    layout.read_grads(grad_out)
+    return result, loss
+
+
+def _loss_of(result: Any) -> float:
+    if result is None:
+        raise ValueError(
+            "closure: returned None; it must return the loss (the closure zeroes the "
+            "gradients, computes the loss, calls loss.backward() and returns the loss)"
+        )
+    if isinstance(result, torch.Tensor):
+        if result.numel() != 1:
+            raise ValueError(
+                f"closure: must return a scalar loss, got a tensor of shape {tuple(result.shape)}"
+            )
+        return float(result.detach().item())
+    if isinstance(result, numbers.Real) and not isinstance(result, bool):
+        return float(result)
+    raise ValueError(f"closure: must return the loss (a scalar tensor or a float), got {result!r}")
+
+
+def loss_at(point: int, results: dict[int, Any], losses: torch.Tensor) -> Any:
+    """What step returns for the committed ``point``: the closure's own value if this
+    process evaluated it; otherwise the gathered loss, as a 0-dim tensor of the dtype
+    and device of this process's own results (a float if they are not tensors)."""
+    if point in results:
+        return results[point]
+    like = next((r for r in results.values() if isinstance(r, torch.Tensor)), None)
+    value = float(losses[point])
+    if like is None:
+        return value
+    return torch.tensor(value, dtype=like.dtype, device=like.device)

@@ -1,0 +1,117 @@
+"""torch.distributed: the ranks of a process group share the N points of a round.
+
+Every rank runs its own engine. Rank r evaluates the points
+``optex.point_range(N, W, r)`` (the C++ DistributedEngine's split), then the
+gradients (float32) and losses (float64) are all-gathered and every rank tells
+its engine the same full batch, so the engines stay identical and the result
+is bit for bit the single-process one. This module holds what crosses between
+the ranks: the agreement on the settings, the start point, and the gather.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .._optex import point_range
+
+
+def distributed_available() -> bool:
+    """torch.distributed is built in and initialised."""
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def distributed_enabled(flag: bool | None) -> bool:
+    """Whether to share the rounds: ``distributed=None`` follows torch.distributed,
+    False never shares (every rank evaluates all points itself)."""
+    return flag is not False and distributed_available()
+
+
+class Ranks:
+    """This rank's view of ``process_group`` (None: the world) for one step.
+
+    ``device`` is where the exchanged tensors live: the parameters' GPU with
+    NCCL, the CPU otherwise.
+    """
+
+    def __init__(self, process_group: Any, param_device: torch.device) -> None:
+        self.group = process_group
+        self.world = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
+        backend = str(dist.get_backend(process_group)).lower()
+        nccl = "nccl" in backend and param_device.type == "cuda"
+        self.device = param_device if nccl else torch.device("cpu")
+
+    def points(self, n: int, rank: int | None = None) -> range:
+        """The points of ``rank`` (default: this one) among the N of a round."""
+        return point_range(n, self.world, self.rank if rank is None else rank)
+
+    def width(self, n: int) -> int:
+        """The most points any rank evaluates: every rank sends that many rows, so
+        that the all-gathered tensors have one shape."""
+        return max(len(self.points(n, r)) for r in range(self.world))
+
+    def agree(self, settings: str) -> None:
+        """ValueError on every rank unless every rank passes the same ``settings``
+        (the hyperparameters, options and dimension, as text)."""
+        digest = int.from_bytes(hashlib.sha256(settings.encode()).digest()[:7], "little")
+        mine = torch.tensor([digest], dtype=torch.int64, device=self.device)
+        gathered = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(gathered, mine, group=self.group)
+        values = [int(t.item()) for t in gathered]
+        if len(set(values)) != 1:
+            differ = [r for r, v in enumerate(values) if v != values[0]]
+            raise ValueError(
+                "optex.torch.OptEx: the ranks disagree on the hyperparameters, options or the "
+                f"number of parameters (ranks {differ} differ from rank 0; this rank: {settings})"
+            )
+
+    def broadcast_start(self, x0: torch.Tensor) -> torch.Tensor:
+        """The group's first rank's ``x0``, on every rank (on ``x0``'s device)."""
+        comm = x0.to(self.device)
+        first = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        dist.broadcast(comm, src=first, group=self.group)
+        return comm.to(x0.device)
+
+    # The losses a rank sends: `width` losses, then a failure flag (0: none,
+    # 1 + i: the closure raised at point i), so that one all-gather tells every
+    # rank whether to go on before the gradients travel.
+
+    def losses_buffer(self, width: int) -> torch.Tensor:
+        """Zeroed room for this rank's losses and its failure flag."""
+        return torch.zeros(width + 1, dtype=torch.float64, device=self.device)
+
+    @staticmethod
+    def flag_failure(losses: torch.Tensor, point: int) -> None:
+        """Records in ``losses`` (a losses_buffer) that the closure raised at ``point``."""
+        losses[-1] = 1.0 + point
+
+    def gather(self, grads: torch.Tensor, losses: torch.Tensor, rows: torch.Tensor,
+               failure: BaseException | None) -> torch.Tensor:
+        """All-gathers the ranks' losses (with the failure flag) and gradients; writes
+        the gradients into the engine's (N, d) ``rows`` in point order and returns the
+        (N,) float64 host losses. RuntimeError on every rank, naming the ranks and
+        points, when a closure raised anywhere (``failure``: this rank's error)."""
+        n, width = rows.shape[0], losses.shape[0] - 1
+        gathered_losses = [torch.empty_like(losses) for _ in range(self.world)]
+        dist.all_gather(gathered_losses, losses, group=self.group)
+        failed = [(r, int(t[width].item()) - 1) for r, t in enumerate(gathered_losses)
+                  if t[width].item() != 0.0]
+        if failed:
+            where = ", ".join(f"rank {r} at point {i}" for r, i in failed)
+            message = (f"step: the closure raised on {where}; the round stays pending and every "
+                       "rank's engine is unchanged")
+            if failure is not None:
+                raise RuntimeError(f"{message} (this rank: {type(failure).__name__}: {failure})") from failure
+            raise RuntimeError(message)
+        gathered_grads = [torch.empty_like(grads) for _ in range(self.world)]
+        dist.all_gather(gathered_grads, grads, group=self.group)
+        all_losses = torch.empty(n, dtype=torch.float64)
+        for r in range(self.world):
+            block = self.points(n, r)
+            rows[block.start:block.stop].copy_(gathered_grads[r][:len(block)])
+            all_losses[block.start:block.stop].copy_(gathered_losses[r][:len(block)])
+        return all_losses
