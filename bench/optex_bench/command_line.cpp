@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "methods.hpp"
+#include "optex/optimizer.hpp"
 #include "presets.hpp"
 #include "report.hpp"
 
@@ -79,8 +80,10 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
     s.iterations = static_cast<int>(parse_integer("--iterations", raw.iterations, 1, 10'000'000));
   }
   if (given("--optimizer")) {
-    if (raw.optimizer != "adam" && raw.optimizer != "sgd") {
-      reject("--optimizer", raw.optimizer, "must be adam or sgd");
+    try {
+      (void)optex::optimizer_from_name(raw.optimizer);
+    } catch (const std::invalid_argument&) {
+      reject("--optimizer", raw.optimizer, "must be one of " + optex::optimizer_names());
     }
     s.optimizer = raw.optimizer;
   }
@@ -174,7 +177,9 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
       ->delimiter(',')
       ->type_name("LIST");
   app.add_option("--iterations", raw.iterations, "sequential rounds per run")->type_name("INT");
-  app.add_option("--optimizer", raw.optimizer, "adam or sgd")->type_name("NAME");
+  app.add_option("--optimizer", raw.optimizer,
+                 "base optimizer, with its defaults but --lr: " + optex::optimizer_names())
+      ->type_name("NAME");
   app.add_option("--lr", raw.lr, "base learning rate (the centre of the lr grid)")
       ->type_name("FLOAT");
   app.add_option("--seeds", raw.seeds, "reported seeds 0, 1, ..., this - 1")->type_name("INT");

@@ -12,10 +12,9 @@
 namespace optex_bench {
 namespace {
 
+// The named optimizer with its defaults but the learning rate.
 optex::Optimizer make_optimizer(const std::string& name, double lr) {
-  if (name == "adam") return optex::Adam{.lr = lr};
-  if (name == "sgd") return optex::Sgd{.lr = lr};
-  throw std::invalid_argument("optimizer: unknown '" + name + "' (known: adam, sgd)");
+  return optex::with_learning_rate(optex::optimizer_from_name(name), lr);
 }
 
 std::vector<int> reported_seeds(const Settings& s) {

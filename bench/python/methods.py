@@ -37,14 +37,16 @@ run with ``evaluation_seed(run_seed, r, i)``; the OptEx methods use the engine's
 per-point seeds (``OptEx.seeds``, derived from ``Options.seed = run_seed``). A
 run is therefore reproducible from its run seed alone.
 
-The baselines step with a numpy copy of the library's base optimizers
-(``BaseOptimizer``: the same float32 formulas as optex.Adam / optex.Sgd), because
-the line search needs the update direction separately from the step size.
+The baselines step with the library's own base optimizers (``BaseOptimizer``
+wraps ``optex.init_state`` / ``optex.apply_step``): their steps are the steps an
+``optex.OptEx`` with N = 1 takes, bit for bit. The line search takes its N
+candidate steps with N learning rates from the same state.
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import math
 from typing import Callable, Protocol, Sequence
@@ -58,8 +60,12 @@ from method_names import METHODS
 BASELINES: tuple[str, ...] = ("vanilla_nlr", "data_parallel", "line_search")
 """The baselines at the same budget; ``speedup_vs_best_baseline`` compares with the best."""
 
-OPTIMIZERS: tuple[str, ...] = ("adam", "sgd", "sgd-momentum")
-"""Base optimizers: Adam (PyTorch defaults), plain SGD, SGD with momentum 0.9."""
+OPTIMIZERS: tuple[str, ...] = (
+    *(cls.__name__.lower() for cls in optex.optimizer_classes()),
+    "sgd-momentum",
+)
+"""Base optimizers: each optex optimizer class with its defaults but the learning rate
+("adam", "sgd", "rmsprop", ...), and SGD with momentum 0.9."""
 
 
 @dataclasses.dataclass
@@ -104,22 +110,13 @@ def line_search_factors(parallelism: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# Base optimizers (numpy, float32, the formulas of src/optimizer_steps.cpp)
+# Base optimizers (the library's, through optex.apply_step)
 # ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class OptimizerState:
-    """Moments and step count of a base optimizer (float32 arrays like the library's)."""
-
-    step: int
-    first_moment: np.ndarray
-    second_moment: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
 class BaseOptimizer:
-    """Adam or SGD with a learning rate: ``kind`` is one of ``OPTIMIZERS``."""
+    """A base optimizer with a learning rate: ``kind`` is one of ``OPTIMIZERS``."""
 
     kind: str
     lr: float
@@ -130,58 +127,26 @@ class BaseOptimizer:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr: must be a positive finite number, got {self.lr!r}")
 
-    @property
-    def momentum(self) -> float:
-        return 0.9 if self.kind == "sgd-momentum" else 0.0
-
     def with_lr(self, lr: float) -> BaseOptimizer:
         return dataclasses.replace(self, lr=lr)
 
-    def to_optex(self) -> optex.Adam | optex.Sgd:
-        """The library's optimizer with the same hyperparameters (for the OptEx methods)."""
-        if self.kind == "adam":
-            return optex.Adam(lr=self.lr)
-        return optex.Sgd(lr=self.lr, momentum=self.momentum)
+    def to_optex(self):
+        """The library's optimizer with these hyperparameters (also for the OptEx methods)."""
+        if self.kind == "sgd-momentum":
+            return optex.Sgd(lr=self.lr, momentum=0.9)
+        classes = {cls.__name__.lower(): cls for cls in optex.optimizer_classes()}
+        return classes[self.kind](lr=self.lr)
 
-    def init(self, dim: int) -> OptimizerState:
-        return OptimizerState(0, np.zeros(dim, np.float32), np.zeros(dim, np.float32))
+    def init(self, dim: int) -> optex.OptimizerState:
+        return optex.init_state(self.to_optex(), dim)
 
-    def direction(self, state: OptimizerState, grad: np.ndarray) -> tuple[OptimizerState, np.ndarray]:
-        """Advances the moments with ``grad``; returns the new state and u with step = x - lr * u."""
-        g = np.asarray(grad, dtype=np.float32)
-        if self.kind == "adam":
-            m, v, denom, bias1 = self._adam_moments(state, g)
-            return OptimizerState(state.step + 1, m, v), (m / denom / np.float32(bias1))
-        buffer = self._sgd_buffer(state, g)
-        return OptimizerState(state.step + 1, buffer, state.second_moment), buffer
-
-    def step(self, x: np.ndarray, state: OptimizerState, grad: np.ndarray) -> tuple[np.ndarray, OptimizerState]:
-        """One step from ``x`` with ``grad``: the new point (float32) and state."""
-        g = np.asarray(grad, dtype=np.float32)
-        if self.kind == "adam":
-            m, v, denom, bias1 = self._adam_moments(state, g)
-            step_size = np.float32(self.lr / bias1)
-            return x - step_size * m / denom, OptimizerState(state.step + 1, m, v)
-        buffer = self._sgd_buffer(state, g)
-        return x - np.float32(self.lr) * buffer, OptimizerState(state.step + 1, buffer, state.second_moment)
-
-    def _adam_moments(self, state: OptimizerState, g: np.ndarray):
-        beta1, beta2, eps = 0.9, 0.999, 1e-8
-        t = state.step + 1
-        bias1 = 1.0 - beta1**t
-        inv_sqrt_bias2 = np.float32(1.0 / math.sqrt(1.0 - beta2**t))
-        # float32 coefficients, as the library computes them (1 - beta in float32).
-        b1, b2 = np.float32(beta1), np.float32(beta2)
-        one = np.float32(1.0)
-        m = b1 * state.first_moment + (one - b1) * g
-        v = b2 * state.second_moment + (one - b2) * g * g
-        denom = np.sqrt(v) * inv_sqrt_bias2 + np.float32(eps)
-        return m, v, denom, bias1
-
-    def _sgd_buffer(self, state: OptimizerState, g: np.ndarray) -> np.ndarray:
-        if self.momentum == 0.0 or state.step == 0:
-            return g.copy()
-        return np.float32(self.momentum) * state.first_moment + g
+    def step(self, x: np.ndarray, state: optex.OptimizerState,
+             grad: np.ndarray) -> tuple[np.ndarray, optex.OptimizerState]:
+        """One step from ``x`` with ``grad``: the new point (float32) and state (copies)."""
+        stepped = np.array(x, dtype=np.float32)
+        next_state = copy.copy(state)
+        optex.apply_step(self.to_optex(), stepped, next_state, np.asarray(grad, dtype=np.float32))
+        return stepped, next_state
 
 
 # ---------------------------------------------------------------------------
@@ -262,7 +227,9 @@ class Target(Vanilla):
 
 
 class LineSearch(Vanilla):
-    """N step sizes along the update direction, evaluated in parallel; the best loss wins."""
+    """N step sizes from the same state, evaluated in parallel; the best loss wins. The
+    learning rates are lr * factor; every candidate's moments are the same (they do not
+    depend on the learning rate), so the state after the round is the winner's."""
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
@@ -275,14 +242,11 @@ class LineSearch(Vanilla):
             (evaluation,) = evaluate([(self._x, self._seed(0))])
             self._grad = evaluation.grad
             return RoundResult([evaluation])
-        self._state, direction = self.optimizer.direction(self._state, self._grad)
-        candidates = [
-            (self._x - np.float32(self.optimizer.lr * factor) * direction).astype(np.float32)
-            for factor in self.factors
-        ]
-        evaluations = evaluate([(c, self._seed(i)) for i, c in enumerate(candidates)])
+        steps = [self.optimizer.with_lr(self.optimizer.lr * factor).step(self._x, self._state, self._grad)
+                 for factor in self.factors]
+        evaluations = evaluate([(x, self._seed(i)) for i, (x, _) in enumerate(steps)])
         best = int(np.argmin([e.loss for e in evaluations]))
-        self._x, self._grad = candidates[best], evaluations[best].grad
+        (self._x, self._state), self._grad = steps[best], evaluations[best].grad
         return RoundResult(evaluations)
 
 

@@ -110,6 +110,12 @@ void apply_step(const O& opt, std::span<float> x, OptimizerState& s, std::span<c
   apply_step(Optimizer(opt), x, s, g);
 }
 
+// The same optimizer with another learning rate (every kind has `lr`).
+inline Optimizer with_learning_rate(Optimizer opt, double lr) {
+  std::visit([lr](auto& o) { o.lr = lr; }, opt);
+  return opt;
+}
+
 // The optimizer of a Python class name, lower case ("sgd", "adam", "adamw",
 // "rmsprop", "lion") with that class's defaults; std::invalid_argument
 // listing the known names otherwise. For command lines.

@@ -20,36 +20,13 @@ import typing as _typing
 
 from . import problems
 from .minimize import OptimizeResult, minimize
-from ._optex import (
-    Adam,
-    AdamW,
-    DeviceArray,
-    IterationInfo,
-    OptEx,
-    Options,
-    Sgd,
-    __version__,
-    built_with_cuda,
-    cuda_device_count,
-    point_range,
-)
+# Everything the compiled module offers (the engine, options, arrays, the base
+# optimizer classes it registers from each optimizer's own description, ...).
+from ._optex import *  # noqa: F401,F403
+from ._optex import __all__ as _compiled_names
+from ._optex import __version__
 
-__all__ = [
-    "Adam",
-    "AdamW",
-    "DeviceArray",
-    "IterationInfo",
-    "OptEx",
-    "OptimizeResult",
-    "Options",
-    "Sgd",
-    "__version__",
-    "built_with_cuda",
-    "cuda_device_count",
-    "minimize",
-    "point_range",
-    "problems",
-]
+__all__ = sorted([*_compiled_names, "OptimizeResult", "__version__", "minimize", "problems"])
 
 
 if _typing.TYPE_CHECKING:

@@ -21,10 +21,11 @@ Class& exported_from(Class& cls, const char* module) {
 // Errors are raised as the C++ exception types pybind11 translates
 // (std::invalid_argument -> ValueError, std::runtime_error -> RuntimeError,
 // std::out_of_range -> IndexError), like the core library's own.
-void register_optimizers(py::module_& m);   // Sgd, Adam, AdamW
-void register_options(py::module_& m);      // Options
-void register_engine(py::module_& m);       // OptEx, IterationInfo
-void register_problems(py::module_& m);     // the optex.problems submodule
-void register_point_split(py::module_& m);  // point_range
+void register_optimizers(py::module_& m);       // Sgd, Adam, AdamW, RmsProp, Lion
+void register_optimizer_state(py::module_& m);  // OptimizerState, init_state, apply_step
+void register_options(py::module_& m);          // Options
+void register_engine(py::module_& m);           // OptEx, IterationInfo
+void register_problems(py::module_& m);         // the optex.problems submodule
+void register_point_split(py::module_& m);      // point_range
 
 }  // namespace optex::python

@@ -351,8 +351,17 @@ wherever you like, the engine does the mathematics (DESIGN.md section 2).
     x = opt.x
 
 x0 is a 1-D float32 or float64 array-like (converted to float32; the engine
-works in float32). optimizer is an optex.Sgd, optex.Adam or optex.AdamW
-(default: optex.Adam(), lr 1e-3 as torch.optim.Adam). options is an
+works in float32). optimizer is a base optimizer (optex.Sgd, optex.Adam,
+optex.AdamW, optex.RmsProp, optex.Lion; default: optex.Adam(), lr 1e-3 as
+torch.optim.Adam) for every coordinate, or a list of (size, optimizer) pairs:
+hyperparameters per contiguous range of x, in order, sizes adding up to d,
+all of one kind (Adam and AdamW are one kind), like torch.optim's parameter
+groups:
+
+    opt = optex.OptEx(x0, optimizer=[(n_weights, optex.AdamW(lr=1e-3)),
+                                     (n_biases, optex.AdamW(lr=1e-3, weight_decay=0.0))])
+
+options is an
 optex.Options (default: Options()); keyword arguments override its fields,
 e.g. OptEx(x0, parallelism=8, history=64, device="cuda").
 
@@ -373,9 +382,7 @@ while the engine works.
   cls.def(py::init([](py::handle x0, py::handle optimizer, py::handle options,
                       const py::kwargs& option_kwargs) {
             std::vector<float> start = start_point(x0);
-            const Optimizer opt = optimizer.is_none()
-                                      ? Optimizer(Adam{})
-                                      : optimizer_from_python(optimizer, "optimizer");
+            const OptimizerRanges opt = ranges_from_python(optimizer, "optimizer");
             Options o;
             if (!options.is_none()) {
               if (!py::isinstance<Options>(options)) {
@@ -401,7 +408,8 @@ while the engine works.
             return made;
           }),
           py::arg("x0"), py::arg("optimizer") = py::none(), py::arg("options") = py::none(),
-          "__init__(self, x0: ArrayLike, optimizer: Sgd | Adam | AdamW | None = None, options: "
+          "__init__(self, x0: ArrayLike, optimizer: Optimizer | Sequence[tuple[int, Optimizer]] | "
+          "None = None, options: "
           "Options | None = None, **option_kwargs) -> None\n\nSee the class documentation; "
           "option_kwargs are fields of optex.Options.");
 
@@ -492,18 +500,21 @@ from inside ask(). None removes it. Not needed for proxy='gp'.
   cls.def(
       "set_optimizer",
       [](PyOptEx& self, py::handle optimizer) {
-        const Optimizer opt = optimizer_from_python(optimizer, "optimizer");
+        const OptimizerRanges opt = ranges_from_python(optimizer, "optimizer");
         PyOptEx::Exclusive busy(self, "set_optimizer");
         self.engine().set_optimizer(opt);
       },
-      py::arg("optimizer"), R"doc(set_optimizer(self, optimizer: Sgd | Adam | AdamW) -> None
+      py::arg("optimizer"),
+      R"doc(set_optimizer(self, optimizer: Optimizer | Sequence[tuple[int, Optimizer]]) -> None
 
 New hyperparameters from the next ask() on, keeping the optimizer state
-(moments, step count): a learning-rate schedule. The optimizer must be of the
-same class as the engine's, and SGD momentum cannot switch between zero and
-non-zero (ValueError naming the setting); RuntimeError between ask() and
-tell(). The engine is unchanged after any error. Checkpoints store the values
-in force.
+(moments, step count): a learning-rate schedule. An engine with ranges takes
+one (size, optimizer) pair per range, with the same sizes. Each optimizer must
+be of the same kind as before and keep its state layout and algorithm (SGD
+or RmsProp momentum cannot switch between zero and non-zero, RmsProp cannot
+start or stop centering, Adam cannot become AdamW): ValueError naming the
+setting. RuntimeError between ask() and tell(). The engine is unchanged after
+any error. Checkpoints store the values in force.
 )doc");
   cls.def(
       "save",
@@ -579,9 +590,10 @@ a checkpoint: set it again.
   cls.def_property_readonly(
       "optimizer",
       [](const PyOptEx& self) {
-        return optimizer_to_python(self.idle_engine("optimizer").optimizer());
+        return ranges_to_python(self.idle_engine("optimizer").optimizer_ranges());
       },
-      "A copy of the base optimizer (optex.Sgd, optex.Adam or optex.AdamW).");
+      "A copy of the base optimizer, or of the list of (size, optimizer) pairs of an engine "
+      "with hyperparameters per range: what OptEx(optimizer=...) and set_optimizer() take.");
   cls.def_property_readonly(
       "seeds",
       [](PyOptEx& self) {
@@ -615,7 +627,7 @@ range, RuntimeError without a pending ask().
                "OptEx(dim={}, parallelism={}, iteration={}, pending={}, device={!r}, "
                "optimizer={!r})")
         .format(e.dim(), e.options().parallelism, e.iteration(), e.pending(), e.device().name(),
-                optimizer_to_python(e.optimizer()));
+                ranges_to_python(e.optimizer_ranges()));
   });
 }
 

@@ -1,6 +1,8 @@
 // The extension module optex._optex; the `optex` package re-exports it.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "bindings.hpp"
 #include "dlpack.hpp"
 #include "optex/device.hpp"
@@ -18,10 +20,20 @@ PYBIND11_MODULE(_optex, m) {
         "or a device.");
   // Classes before the functions whose signatures name them.
   register_optimizers(m);
+  register_optimizer_state(m);
   register_options(m);
   register_device_array(m);
   register_engine(m);
   register_point_split(m);
   py::module_ problems = m.def_submodule("problems", "The shipped test problems.");
   register_problems(problems);
+
+  // What `from optex._optex import *` gives the optex package: every public
+  // name but the problems submodule, which optex.problems wraps.
+  py::list names;
+  for (py::handle name : py::module_::import("builtins").attr("dir")(m)) {
+    const auto text = name.cast<std::string>();
+    if (!text.starts_with("_") && text != "problems") names.append(name);
+  }
+  m.attr("__all__") = names;
 }

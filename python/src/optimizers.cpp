@@ -1,185 +1,335 @@
 #include "optimizers.hpp"
 
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "bindings.hpp"
 
 namespace optex::python {
 namespace {
 
-// A hyperparameter as a read/write attribute. Setting it validates the whole
-// optimizer (the C++ validate(), so ValueError names the parameter and value)
-// and leaves the object unchanged when the value is refused.
-template <class T, class Owner, class V>
-void def_validated(py::class_<T>& cls, const char* name, V Owner::*member, const char* doc) {
-  cls.def_property(
-      name, [member](const T& self) { return self.*member; },
-      [member](T& self, V value) {
-        T changed = self;
-        changed.*member = value;
-        changed.validate();
-        self = changed;
-      },
-      doc);
+// The Python class I of optimizer kind O, as a C++ type of its own (pybind11
+// registers each C++ type once; AdamW is an Adam whose decoupled flag is fixed).
+template <class O, std::size_t I>
+struct PythonOptimizer : O {
+  PythonOptimizer() : O(O::python_classes()[I].defaults) {}
+  explicit PythonOptimizer(const O& o) : O(o) {}
+};
+
+template <class Field>
+constexpr bool is_flag = std::is_same_v<typename Field::value_type, bool>;
+
+// A Python value for a hyperparameter: a real number (bool refused) or a bool.
+template <class Field>
+typename Field::value_type field_value(const Field& field, py::handle value) {
+  const std::string name(field.name);
+  if constexpr (is_flag<Field>) {
+    if (!py::isinstance<py::bool_>(value)) {
+      throw py::type_error(
+          name + ": expected a bool, got " +
+          py::str(py::type::of(value).attr("__name__")).template cast<std::string>());
+    }
+    return value.cast<bool>();
+  } else {
+    if (py::isinstance<py::bool_>(value) ||
+        !py::isinstance(value, py::module_::import("numbers").attr("Real"))) {
+      throw py::type_error(
+          name + ": expected a real number, got " +
+          py::str(py::type::of(value).attr("__name__")).template cast<std::string>());
+    }
+    return value.cast<double>();
+  }
 }
 
-template <class T>
-T validated(T value) {
+// Calls f(field) for every hyperparameter a Python class shows.
+template <class O, class F>
+void for_each_python_field(F&& f) {
+  detail::for_each_hyperparameter<O>([&](const auto& field) {
+    if (field.in_python) f(field);
+  });
+}
+
+template <class O>
+O validated(O value) {
   value.validate();
   return value;
 }
 
-void register_sgd(py::module_& m) {
-  const Sgd defaults;
-  py::class_<Sgd> cls(
-      m, "Sgd", py::is_final(),
-      R"doc(Stochastic gradient descent with torch.optim.SGD semantics (dampening 0).
-
-With momentum, the buffer starts as the first gradient (PyTorch), and
-nesterov=True uses Nesterov momentum. weight_decay adds weight_decay * x to the
-gradient (coupled L2). A value type: attributes can be read and set, and every
-setting is validated (ValueError names the parameter and the value).
-)doc");
-  exported_from(cls, "optex");
-  cls.def(
-      py::init([](double lr, double momentum, bool nesterov, double weight_decay) {
-        return validated(Sgd{
-            .lr = lr, .momentum = momentum, .nesterov = nesterov, .weight_decay = weight_decay});
-      }),
-      py::arg("lr") = defaults.lr, py::arg("momentum") = defaults.momentum,
-      py::arg("nesterov") = defaults.nesterov, py::arg("weight_decay") = defaults.weight_decay,
-      "Raises ValueError for lr <= 0, momentum outside [0, 1), weight_decay < 0, or "
-      "nesterov without momentum.");
-  def_validated(cls, "lr", &Sgd::lr, "Learning rate (> 0).");
-  def_validated(cls, "momentum", &Sgd::momentum, "Momentum factor in [0, 1).");
-  def_validated(cls, "nesterov", &Sgd::nesterov, "Nesterov momentum (needs momentum > 0).");
-  def_validated(cls, "weight_decay", &Sgd::weight_decay,
-                "Coupled L2 weight decay (>= 0): adds weight_decay * x to the gradient.");
-  cls.def("__repr__", [](const Sgd& s) {
-    return py::str("Sgd(lr={!r}, momentum={!r}, nesterov={!r}, weight_decay={!r})")
-        .format(s.lr, s.momentum, s.nesterov, s.weight_decay);
+// "Adam(lr=0.001, beta1=0.9, ...)".
+template <class O>
+std::string repr_of(std::string_view class_name, const O& o) {
+  std::string out = std::string(class_name) + "(";
+  bool first = true;
+  for_each_python_field<O>([&](const auto& field) {
+    out += first ? "" : ", ";
+    first = false;
+    out += std::string(field.name) + "=" +
+           py::repr(py::cast(o.*field.member)).template cast<std::string>();
   });
+  return out + ")";
+}
+
+// "__init__(self, lr: float = 0.001, ...) -> None", the signature help() shows.
+template <class O>
+std::string init_signature(const O& defaults) {
+  std::string out = "__init__(self";
+  for_each_python_field<O>([&](const auto& field) {
+    using Field = std::decay_t<decltype(field)>;
+    out += ", " + std::string(field.name) + ": " + (is_flag<Field> ? "bool" : "float") + " = " +
+           py::repr(py::cast(defaults.*field.member)).template cast<std::string>();
+  });
+  return out + ") -> None";
+}
+
+template <class O, std::size_t I>
+void register_class(py::module_& m, py::list& classes) {
+  using Py = PythonOptimizer<O, I>;
+  const PythonClass<O> info = O::python_classes()[I];
+  const std::string name(info.name);
+  const std::string doc = std::string(info.doc) +
+                          "\n\nA value type: attributes can be read and set, and every setting "
+                          "is validated (ValueError names the parameter and the value).\n";
+  py::class_<Py> cls(m, name.c_str(), py::is_final(), doc.c_str());
+  exported_from(cls, "optex");
+
+  {
+    py::options written_signatures;
+    written_signatures.disable_function_signatures();
+    const std::string init_doc =
+        init_signature(info.defaults) +
+        "\n\nPositional arguments follow the order above. Raises ValueError for a value "
+        "outside its range (each attribute's documentation says which), TypeError for an "
+        "unknown keyword or a value of the wrong type.";
+    cls.def(py::init([name](const py::args& args, const py::kwargs& kwargs) {
+              Py value;
+              std::vector<std::string> order;
+              for_each_python_field<O>([&](const auto& field) { order.emplace_back(field.name); });
+              if (args.size() > order.size()) {
+                throw py::type_error(name + "() takes at most " + std::to_string(order.size()) +
+                                     " positional arguments, got " + std::to_string(args.size()));
+              }
+              std::vector<bool> given(order.size(), false);
+              std::size_t index = 0;
+              for_each_python_field<O>([&](const auto& field) {
+                if (index < args.size()) {
+                  value.*field.member = field_value(field, args[index]);
+                  given[index] = true;
+                }
+                ++index;
+              });
+              for (const auto& [key, item] : kwargs) {
+                const auto key_name = py::str(key).template cast<std::string>();
+                bool known = false;
+                index = 0;
+                for_each_python_field<O>([&](const auto& field) {
+                  if (field.name == key_name) {
+                    if (given[index]) {
+                      throw py::type_error(name + "() got multiple values for argument '" +
+                                           key_name + "'");
+                    }
+                    value.*field.member = field_value(field, item);
+                    known = true;
+                  }
+                  ++index;
+                });
+                if (!known) {
+                  throw py::type_error(name + "() got an unexpected keyword argument '" + key_name +
+                                       "'");
+                }
+              }
+              value.validate();
+              return value;
+            }),
+            init_doc.c_str());
+  }
+
+  for_each_python_field<O>([&](const auto& field) {
+    using Field = std::decay_t<decltype(field)>;
+    const auto member = field.member;
+    cls.def_property(
+        std::string(field.name).c_str(), [member](const Py& self) { return self.*member; },
+        [field](Py& self, py::handle v) {
+          Py changed = self;
+          changed.*field.member = field_value(field, v);
+          changed.validate();  // the object is unchanged when the value is refused
+          self = changed;
+        },
+        std::string(field.doc).c_str());
+    (void)sizeof(Field);
+  });
+
+  cls.def("__repr__", [name](const Py& self) { return repr_of<O>(name, self); });
   cls.def(
-      "__eq__",
-      [](const Sgd& a, const Sgd& b) {
-        return a.lr == b.lr && a.momentum == b.momentum && a.nesterov == b.nesterov &&
-               a.weight_decay == b.weight_decay;
-      },
+      "__eq__", [](const Py& a, const Py& b) { return static_cast<const O&>(a) == b; },
       py::is_operator());
   cls.def(py::pickle(
-      [](const Sgd& s) { return py::make_tuple(s.lr, s.momentum, s.nesterov, s.weight_decay); },
-      [](const py::tuple& t) {
-        return validated(Sgd{.lr = t[0].cast<double>(),
-                             .momentum = t[1].cast<double>(),
-                             .nesterov = t[2].cast<bool>(),
-                             .weight_decay = t[3].cast<double>()});
-      }));
-}
-
-// Adam and AdamW share everything but the class, the defaults and the kind of
-// weight decay.
-template <class T>
-void define_adam(py::class_<T>& cls, const T& defaults, const char* name,
-                 const char* weight_decay_doc) {
-  cls.def(py::init([](double lr, double beta1, double beta2, double eps, double weight_decay) {
-            T a;
-            a.lr = lr;
-            a.beta1 = beta1;
-            a.beta2 = beta2;
-            a.eps = eps;
-            a.weight_decay = weight_decay;
-            return validated(a);
-          }),
-          py::arg("lr") = defaults.lr, py::arg("beta1") = defaults.beta1,
-          py::arg("beta2") = defaults.beta2, py::arg("eps") = defaults.eps,
-          py::arg("weight_decay") = defaults.weight_decay,
-          "Raises ValueError for lr <= 0, beta1 or beta2 outside [0, 1), eps <= 0 or "
-          "weight_decay < 0.");
-  def_validated(cls, "lr", &Adam::lr, "Learning rate (> 0).");
-  def_validated(cls, "beta1", &Adam::beta1, "Decay of the first moment, in [0, 1).");
-  def_validated(cls, "beta2", &Adam::beta2, "Decay of the second moment, in [0, 1).");
-  def_validated(cls, "eps", &Adam::eps, "Added to the denominator (> 0).");
-  def_validated(cls, "weight_decay", &Adam::weight_decay, weight_decay_doc);
-  const std::string format =
-      std::string(name) + "(lr={!r}, beta1={!r}, beta2={!r}, eps={!r}, weight_decay={!r})";
-  cls.def("__repr__", [format](const T& a) {
-    return py::str(format).format(a.lr, a.beta1, a.beta2, a.eps, a.weight_decay);
-  });
-  cls.def(
-      "__eq__",
-      [](const T& a, const T& b) {
-        return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
-               a.weight_decay == b.weight_decay;
+      [](const Py& self) {
+        py::list values;
+        for_each_python_field<O>([&](const auto& field) { values.append(self.*field.member); });
+        return py::tuple(values);
       },
-      py::is_operator());
-  cls.def(py::pickle(
-      [](const T& a) { return py::make_tuple(a.lr, a.beta1, a.beta2, a.eps, a.weight_decay); },
-      [](const py::tuple& t) {
-        T a;
-        a.lr = t[0].cast<double>();
-        a.beta1 = t[1].cast<double>();
-        a.beta2 = t[2].cast<double>();
-        a.eps = t[3].cast<double>();
-        a.weight_decay = t[4].cast<double>();
-        return validated(a);
+      [name](const py::tuple& state) {
+        Py value;
+        std::size_t index = 0;
+        for_each_python_field<O>([&](const auto& field) {
+          if (index < state.size()) value.*field.member = field_value(field, state[index]);
+          ++index;
+        });
+        if (index != state.size()) {
+          throw std::invalid_argument("pickle: the state of a " + name + " has " +
+                                      std::to_string(state.size()) + " values, expected " +
+                                      std::to_string(index));
+        }
+        return Py(validated<O>(value));
       }));
+
+  py::tuple names(0);
+  {
+    py::list list;
+    for_each_python_field<O>([&](const auto& field) { list.append(std::string(field.name)); });
+    names = py::tuple(list);
+  }
+  cls.attr("hyperparameters") = names;
+  cls.attr("kind") = std::string(O::name);
+  classes.append(cls);
 }
 
-void register_adam(py::module_& m) {
-  py::class_<Adam> cls(
-      m, "Adam", py::is_final(),
-      R"doc(Adam with torch.optim.Adam semantics: bias-corrected moments, and weight_decay
-as coupled L2 (added to the gradient). See AdamW for decoupled weight decay.
-
-A value type: attributes can be read and set, and every setting is validated
-(ValueError names the parameter and the value).
-)doc");
-  exported_from(cls, "optex");
-  define_adam(cls, Adam{}, "Adam",
-              "Coupled L2 weight decay (>= 0): adds weight_decay * x to the gradient.");
+template <class O>
+void register_kind(py::module_& m, py::list& classes) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (register_class<O, I>(m, classes), ...); }
+  (std::make_index_sequence<O::python_classes().size()>{});
 }
 
-void register_adamw(py::module_& m) {
-  py::class_<AdamW> cls(
-      m, "AdamW", py::is_final(),
-      R"doc(AdamW (Loshchilov and Hutter 2019) with torch.optim.AdamW semantics and
-defaults: Adam whose weight decay is decoupled, x -= lr * weight_decay * x
-before the Adam step (weight_decay 1e-2 by default).
+// Whether `obj` is an instance of Python class I of kind O; then its value.
+template <class O, std::size_t I>
+bool cast_if(py::handle obj, std::optional<Optimizer>& out) {
+  if (out || !py::isinstance<PythonOptimizer<O, I>>(obj)) return false;
+  out = Optimizer(static_cast<const O&>(obj.cast<const PythonOptimizer<O, I>&>()));
+  return true;
+}
 
-A value type: attributes can be read and set, and every setting is validated
-(ValueError names the parameter and the value; lr * weight_decay must be < 1).
-)doc");
-  exported_from(cls, "optex");
-  define_adam(cls, AdamW{}, "AdamW",
-              "Decoupled weight decay (>= 0, lr * weight_decay < 1): x -= lr * weight_decay * x "
-              "before each step.");
+// The Python class of `o`: the first one whose hidden fields (those the class
+// fixes, like AdamW's decoupled flag) hold o's values.
+template <class O, std::size_t I>
+bool to_python_if(const O& o, py::object& out) {
+  if (out) return false;
+  const O defaults = O::python_classes()[I].defaults;  // a copy: the array is a temporary
+  bool matches = true;
+  detail::for_each_hyperparameter<O>([&](const auto& field) {
+    if (!field.in_python) matches = matches && (o.*field.member == defaults.*field.member);
+  });
+  if (matches) out = py::cast(PythonOptimizer<O, I>(o));
+  return matches;
+}
+
+// "optex.Sgd, optex.Adam, ... or optex.Lion".
+std::string class_names() {
+  std::vector<std::string> names;
+  for_each_optimizer_kind([&](auto kind) {
+    using O = typename decltype(kind)::type;
+    for (const auto& cls : O::python_classes()) names.push_back("optex." + std::string(cls.name));
+  });
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : (i + 1 == names.size() ? " or " : ", ")) + names[i];
+  return out;
 }
 
 }  // namespace
 
 void register_optimizers(py::module_& m) {
-  register_sgd(m);
-  register_adam(m);
-  register_adamw(m);
+  py::list classes;
+  for_each_optimizer_kind(
+      [&](auto kind) { register_kind<typename decltype(kind)::type>(m, classes); });
+  m.attr("_optimizer_classes") = py::tuple(classes);
+  m.def(
+      "optimizer_classes", [m]() { return m.attr("_optimizer_classes"); },
+      "The base optimizer classes (optex.Sgd, optex.Adam, ...), in a fixed order. Each has\n"
+      "`hyperparameters` (the names of its attributes, in constructor order) and `kind`\n"
+      "(the engine's optimizer kind: 'adam' for Adam and AdamW).");
 }
 
 Optimizer optimizer_from_python(py::handle obj, const char* param) {
-  if (py::isinstance<Sgd>(obj)) return obj.cast<Sgd>();
-  if (py::isinstance<AdamW>(obj)) return Adam(obj.cast<AdamW>());
-  if (py::isinstance<Adam>(obj)) return obj.cast<Adam>();
-  throw py::type_error(std::string(param) +
-                       ": expected optex.Sgd, optex.Adam or optex.AdamW, got " +
-                       py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+  std::optional<Optimizer> found;
+  for_each_optimizer_kind([&](auto kind) {
+    using O = typename decltype(kind)::type;
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (cast_if<O, I>(obj, found), ...); }
+    (std::make_index_sequence<O::python_classes().size()>{});
+  });
+  if (!found) {
+    throw py::type_error(std::string(param) + ": expected " + class_names() + ", got " +
+                         py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+  }
+  return *found;
 }
 
 py::object optimizer_to_python(const Optimizer& optimizer) {
-  if (const auto* sgd = std::get_if<Sgd>(&optimizer)) return py::cast(*sgd);
-  const auto& adam = std::get<Adam>(optimizer);
-  if (!adam.decoupled_weight_decay) return py::cast(adam);
-  AdamW w;
-  static_cast<Adam&>(w) = adam;
-  return py::cast(w);
+  return std::visit(
+      [](const auto& o) {
+        using O = std::decay_t<decltype(o)>;
+        py::object out;
+        [&]<std::size_t... I>(std::index_sequence<I...>) { (to_python_if<O, I>(o, out), ...); }
+        (std::make_index_sequence<O::python_classes().size()>{});
+        if (!out) throw std::logic_error("optex: an optimizer value without a Python class");
+        return out;
+      },
+      optimizer);
+}
+
+OptimizerRanges ranges_from_python(py::handle obj, const char* param) {
+  if (obj.is_none()) return OptimizerRanges(Adam{});
+  if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) {
+    return OptimizerRanges(optimizer_from_python(obj, param));
+  }
+  const std::string name(param);
+  std::vector<OptimizerRange> ranges;
+  std::size_t r = 0;
+  for (py::handle item : obj) {
+    const std::string where = name + "[" + std::to_string(r) + "]";
+    if ((!py::isinstance<py::list>(item) && !py::isinstance<py::tuple>(item)) ||
+        py::len(item) != 2) {
+      throw py::type_error(where + ": expected a (size, optimizer) pair, got " +
+                           py::repr(item).cast<std::string>());
+    }
+    const py::object size = item[py::int_(0)];
+    if (py::isinstance<py::bool_>(size) || !PyIndex_Check(size.ptr())) {
+      throw py::type_error(where + ": the size must be an int, got " +
+                           py::repr(size).cast<std::string>());
+    }
+    const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(size.ptr()));
+    if (!index) throw py::error_already_set();
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow > 0) {
+      throw std::invalid_argument(where + ": the size " + py::repr(size).cast<std::string>() +
+                                  " is larger than any dimension");
+    }
+    if (overflow < 0 || value < 1) {
+      throw std::invalid_argument(where + ": the size must be >= 1, got " +
+                                  py::repr(size).cast<std::string>());
+    }
+    ranges.push_back({static_cast<std::size_t>(value),
+                      optimizer_from_python(item[py::int_(1)], (where + "'s optimizer").c_str())});
+    ++r;
+  }
+  return OptimizerRanges(std::move(ranges));
+}
+
+py::object ranges_to_python(const OptimizerRanges& ranges) {
+  if (ranges.count() == 1) return optimizer_to_python(ranges.front());
+  py::list out;
+  for (const OptimizerRange& range : ranges.ranges())
+    out.append(py::make_tuple(range.size, optimizer_to_python(range.optimizer)));
+  return out;
 }
 
 }  // namespace optex::python

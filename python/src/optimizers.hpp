@@ -1,27 +1,31 @@
-// The base optimizers as Python value types: optex.Sgd, optex.Adam (coupled
-// L2 weight decay, torch.optim.Adam) and optex.AdamW (decoupled weight decay,
-// torch.optim.AdamW). In C++ AdamW is an Adam with decoupled_weight_decay set;
-// Python gets a class of its own so that the choice shows in the type.
+// The base optimizers as Python value types, one class per entry of each
+// optimizer's python_classes() (optex.Sgd, optex.Adam, optex.AdamW,
+// optex.RmsProp, optex.Lion), registered from the optimizers' own
+// descriptions: adding an optimizer to the core adds its class here.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
-#include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 
 namespace optex::python {
 
 namespace py = pybind11;
 
-// An Adam whose decoupled_weight_decay is always set.
-struct AdamW : Adam {
-  AdamW() : Adam(adamw()) {}
-};
-
-// The optimizer a Python object names (an Sgd, Adam or AdamW); TypeError
-// naming `param` otherwise.
+// The optimizer a Python object names (an instance of one of the classes);
+// TypeError naming `param` otherwise.
 Optimizer optimizer_from_python(py::handle obj, const char* param);
 
-// A new Python object holding a copy of `optimizer`.
+// A new Python object holding a copy of `optimizer`, of its class.
 py::object optimizer_to_python(const Optimizer& optimizer);
+
+// What OptEx(optimizer=...) and set_optimizer take: an optimizer, a list of
+// (size, optimizer) pairs (hyperparameters per contiguous range), or None
+// (Adam's defaults). TypeError or ValueError naming `param` and the entry.
+OptimizerRanges ranges_from_python(py::handle obj, const char* param);
+
+// The optimizer when there is one range, else a list of (size, optimizer)
+// pairs: what ranges_from_python takes back.
+py::object ranges_to_python(const OptimizerRanges& ranges);
 
 }  // namespace optex::python

@@ -114,7 +114,7 @@ def test_option_keywords_of_the_wrong_type(kwargs, message) -> None:
 def test_options_of_the_wrong_type() -> None:
     with pytest.raises(TypeError, match="options: expected optex.Options or None, got dict"):
         optex.OptEx(np.zeros(3), options={"parallelism": 2})
-    with pytest.raises(TypeError, match="optimizer: expected optex.Sgd, optex.Adam or optex.AdamW, got str"):
+    with pytest.raises(TypeError, match="optimizer: expected optex.Sgd, optex.Adam, optex.AdamW, optex.RmsProp or optex.Lion, got str"):
         optex.OptEx(np.zeros(3), optimizer="adam")
 
 

@@ -120,31 +120,52 @@ def test_minibatch_objective_is_seeded() -> None:
 
 
 @pytest.mark.parametrize("kind", methods.OPTIMIZERS)
-def test_numpy_base_optimizer_follows_the_library(kind: str) -> None:
-    """The baselines' numpy steps follow optex.OptEx's N = 1 trajectory (the same float32
-    formulas; equal bit for bit unless the compiler fuses multiply-adds)."""
+def test_base_optimizer_steps_are_the_engines_with_one_point(kind: str) -> None:
+    """The baselines step with the library's optimizers: an optex.OptEx with N = 1 takes the
+    same steps, bit for bit, whatever the gradients."""
     rng = np.random.default_rng(0)
     x0 = rng.normal(size=16).astype(np.float32)
     optimizer = methods.BaseOptimizer(kind, 0.05)
     engine = optex.OptEx(x0, optimizer.to_optex(), parallelism=1)
     x, state = x0.copy(), optimizer.init(16)
-    # Gradients independent of x, so rounding differences cannot feed back.
     for grad in rng.normal(size=(30, 16)).astype(np.float32):
         engine.ask()
         engine.tell(grad[None, :], [0.0])
+        before = x.copy()
         x, state = optimizer.step(x, state, grad)
-        np.testing.assert_allclose(x, engine.x, rtol=1e-5, atol=1e-6)
+        assert not np.array_equal(x, before)
+        np.testing.assert_array_equal(x, engine.x)
+    assert state.step == 30
 
 
-def test_line_search_direction_is_the_step_direction() -> None:
+def test_base_optimizer_step_leaves_its_inputs_alone() -> None:
     optimizer = methods.BaseOptimizer("adam", 0.1)
-    state = optimizer.init(4)
+    x, state = np.ones(4, np.float32), optimizer.init(4)
+    x_after, state_after = optimizer.step(x, state, np.ones(4, np.float32))
+    np.testing.assert_array_equal(x, np.ones(4, np.float32))
+    assert state.step == 0 and state_after.step == 1
+    assert not np.array_equal(x_after, x)
+
+
+def test_line_search_candidates_are_steps_with_scaled_learning_rates() -> None:
+    """Adam's step is linear in lr, so each candidate lies on one line through the iterate."""
+    np.testing.assert_allclose(methods.line_search_factors(4), [2**-1.5, 2**-0.5, 2**0.5, 2**1.5])
+    base = methods.BaseOptimizer("adam", 0.1)
+    state = base.init(4)
     grad = np.array([1.0, -2.0, 0.5, 0.0], np.float32)
     x = np.ones(4, np.float32)
-    stepped, _ = optimizer.step(x, state, grad)
-    _, direction = optimizer.direction(state, grad)
-    np.testing.assert_allclose(x - 0.1 * direction, stepped, rtol=1e-6)
-    np.testing.assert_allclose(methods.line_search_factors(4), [2**-1.5, 2**-0.5, 2**0.5, 2**1.5])
+    unit, _ = base.with_lr(1.0).step(x, state, grad)
+    for factor in methods.line_search_factors(4):
+        stepped, next_state = base.with_lr(0.1 * factor).step(x, state, grad)
+        np.testing.assert_allclose(x - stepped, 0.1 * factor * (x - unit), rtol=1e-6)
+        assert next_state.step == 1
+
+
+def test_every_library_optimizer_is_a_base_optimizer_of_the_runners() -> None:
+    for cls in optex.optimizer_classes():
+        assert type(methods.BaseOptimizer(cls.__name__.lower(), 0.01).to_optex()) is cls
+    with pytest.raises(ValueError, match="optimizer"):
+        methods.BaseOptimizer("adagrad", 0.01)
 
 
 def test_quartiles_count_unreached_as_infinite() -> None:
