@@ -22,7 +22,7 @@ namespace {
 template <class O, unsigned Slots>
 void update_coordinates(float* __restrict x, const float* __restrict g, float* __restrict s0,
                         float* __restrict s1, float* __restrict s2, std::size_t begin,
-                        std::size_t end, const typename O::Coefficients& c) {
+                        std::size_t end, const typename O::Coefficients c) {
   for (std::size_t k = begin; k < end; ++k) {
     SlotValues s{};
     if constexpr ((Slots & 1u) != 0) s[0] = s0[k];

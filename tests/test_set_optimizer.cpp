@@ -162,6 +162,74 @@ TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
   expect_refused(Sgd{.lr = 5e-3}, "set_optimizer: between ask() and tell()", true);
 }
 
+// ---- per-range hyperparameters ------------------------------------------------
+
+// Two ranges of SGD (one without momentum) and of AdamW (one without decay), scheduled per
+// range: with N = 1, the plain ranged steps under the same schedule, bit for bit.
+TEST(SetOptimizer, PerRangeScheduleIsThePlainRangedSchedule) {
+  const problems::Rosenbrock f;
+  const std::vector<float> x0 = UniformStart(16, 5, -0.5, 0.5);
+  const auto ranges_at = [](bool sgd, int t) -> OptimizerRanges {
+    if (sgd) {
+      return {{6, Sgd{.lr = ScheduledLr(1e-3, t)}},
+              {10, Sgd{.lr = ScheduledLr(2e-3, t + 1), .momentum = 0.9}}};
+    }
+    return {{6, adamw(ScheduledLr(1e-2, t), 0.1)}, {10, adamw(ScheduledLr(3e-2, t + 2), 0.0)}};
+  };
+  for (const bool sgd : {true, false}) {
+    SCOPED_TRACE(sgd ? "sgd" : "adamw");
+    Engine engine(x0, ranges_at(sgd, 0), WithN(1));
+    std::vector<float> x = x0;
+    OptimizerState s = init_state(ranges_at(sgd, 0), x.size());
+    std::vector<float> g(x.size());
+    for (int t = 0; t < 12; ++t) {
+      engine.set_optimizer(ranges_at(sgd, t));
+      Batch& b = engine.ask();
+      b.loss(0) = f.EvaluateWithGradient(b.point(0), b.grad(0));
+      engine.tell(b);
+      f.EvaluateWithGradient(x, g);
+      apply_step(ranges_at(sgd, t).for_dimension(x.size()), x, s, g);
+      ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
+      ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "iteration " << t;
+    }
+    EXPECT_EQ(engine.optimizer_ranges(), ranges_at(sgd, 11).for_dimension(16));
+  }
+}
+
+// What per-range replacements refuse: another number of ranges, other sizes, a single
+// optimizer for several ranges, and a range that changes kind or layout (named by its index).
+TEST(SetOptimizer, PerRangeRefusalsLeaveTheEngineUnchanged) {
+  const std::vector<float> x0 = UniformStart(8, 6);
+  const OptimizerRanges ranges{{3, Sgd{.lr = 1e-2}}, {5, Sgd{.lr = 1e-3, .momentum = 0.5}}};
+  Engine engine(x0, ranges, WithN(2));
+  Engine twin(x0, ranges, WithN(2));
+  const auto expect_refused = [&](const OptimizerRanges& next, const std::string& fragment) {
+    try {
+      engine.set_optimizer(next);
+      ADD_FAILURE() << "accepted; expected a message with: " << fragment;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine.optimizer_ranges(), ranges.for_dimension(8));
+    EXPECT_TRUE(SameEngine(engine, twin));
+  };
+  expect_refused(Sgd{.lr = 1e-2}, "1 cannot replace 2");
+  expect_refused(OptimizerRanges{{4, Sgd{}}, {4, Sgd{.momentum = 0.5}}}, "range 0 has size 4");
+  expect_refused(OptimizerRanges{{3, Sgd{}}, {2, Sgd{.momentum = 0.5}}, {3, Sgd{}}},
+                 "3 cannot replace 2");
+  expect_refused(OptimizerRanges{{3, Sgd{}}, {6, Sgd{.momentum = 0.5}}}, "add up to 9");
+  expect_refused(OptimizerRanges{{3, Sgd{}}, {5, Sgd{}}},
+                 "range 1: momentum: 0 cannot replace 0.5");
+  expect_refused(OptimizerRanges{{3, Sgd{.lr = -2.0}}, {5, Sgd{.momentum = 0.5}}},
+                 "range 0: lr: must be finite and > 0, got -2");
+  expect_refused(OptimizerRanges{{3, Adam{}}, {5, Adam{}}},
+                 "range 0: optimizer: adam cannot replace sgd");
+  // Accepted: new values, same sizes and layouts.
+  engine.set_optimizer(
+      OptimizerRanges{{3, Sgd{.lr = 5e-3}}, {5, Sgd{.lr = 1e-4, .momentum = 0.8}}});
+  EXPECT_EQ(std::get<Sgd>(engine.optimizer_ranges()[1].optimizer).momentum, 0.8);
+}
+
 // ---- the distributed engine ---------------------------------------------------
 
 // A schedule applied collectively keeps every rank on the single-process trajectory.
@@ -182,6 +250,44 @@ TEST(SetOptimizerDistributed, ScheduleMatchesTheSingleProcessEngine) {
     }
     RunScheduled(reference, opt, 0, 6);
     EXPECT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
+  });
+}
+
+// Ranges agree across ranks like single optimizers: the same schedule per range keeps every
+// rank on the single-process trajectory, and a rank with other sizes is named.
+TEST(SetOptimizerDistributed, PerRangeScheduleMatchesTheSingleProcessEngine) {
+  RunOnRanks(2, [](Communicator& comm) {
+    const std::vector<float> x0 = UniformStart(12, 8, -0.5, 0.5);
+    const auto ranges_at = [](int t) {
+      return OptimizerRanges{{5, Adam{.lr = ScheduledLr(1e-2, t)}},
+                             {7, Adam{.lr = ScheduledLr(3e-2, t), .weight_decay = 0.1}}};
+    };
+    DistributedOptions dist;
+    dist.hash_interval = 1;
+    DistributedEngine engine(x0, ranges_at(0), WithN(4, 1), comm, dist);
+    Engine reference(x0, ranges_at(0), WithN(4, 1));
+    const problems::Rosenbrock f;
+    for (int t = 0; t < 5; ++t) {
+      engine.set_optimizer(ranges_at(t));
+      reference.set_optimizer(ranges_at(t));
+      Batch& b = engine.ask();
+      for (int i : engine.my_points()) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+      engine.tell(b);
+      Batch& r = reference.ask();
+      for (int i = 0; i < r.size(); ++i) r.loss(i) = f.EvaluateWithGradient(r.point(i), r.grad(i));
+      reference.tell(r);
+    }
+    EXPECT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
+    try {
+      engine.set_optimizer(comm.rank() == 1 ? OptimizerRanges{{6, Adam{}}, {6, Adam{}}}
+                                            : ranges_at(0));
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted ranges of other sizes";
+    } catch (const std::invalid_argument& e) {
+      // The refusing rank says why; the others name it.
+      const char* expected = comm.rank() == 1 ? "range 0 has size 6" : "rank 1";
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine.engine().optimizer_ranges(), ranges_at(4).for_dimension(12));
   });
 }
 
