@@ -5,9 +5,10 @@
 #      the find_package install test with the README quickstart),
 #   3. the C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (CPU build: the sanitizers do not instrument device code),
-#   4. the Python package: `pip install .[test,bench]` into .venv (the wheel build
-#      with scikit-build-core), then pytest, bit for bit against the C++ engine
-#      through the reference program built in step 2.
+#   4. the Python package: `pip install .[test,bench,torch]` into .venv (the wheel
+#      build with scikit-build-core; PyTorch from PyPI for optex.torch and for the
+#      tests that compare every optimizer with torch.optim), then pytest, bit for
+#      bit against the C++ engine through the reference program built in step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -39,7 +40,7 @@ cmake --build build-sanitize -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -LE install
 
-echo "== Python package: pip install .[test,bench] into .venv, pytest"
+echo "== Python package: pip install .[test,bench,torch] into .venv, pytest"
 python_start=$SECONDS
 # A virtual environment of our own (git-ignored), made again if it is broken.
 if ! .venv/bin/python -c "import sys" 2>/dev/null; then
@@ -51,7 +52,7 @@ fi
 wheel_cmake=("${cuda[@]/#-D/cmake.define.}")
 CMAKE_BUILD_PARALLEL_LEVEL="$jobs" .venv/bin/python -m pip install --quiet \
   "${wheel_cmake[@]/#/--config-settings=}" --config-settings=cmake.define.OPTEX_WARNINGS_AS_ERRORS=ON \
-  ".[test,bench]"
+  ".[test,bench,torch]"
 # The C++ programs some tests drive: the reference trajectory and optex-bench.
 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
   OPTEX_BENCH="$PWD/build/bench/optex-bench" \

@@ -4,7 +4,6 @@
 // nccl_communicator.hpp) and targets (optex::mpi, optex::nccl).
 #pragma once
 
-#include "optex/adam.hpp"
 #include "optex/batch.hpp"
 #include "optex/communicator.hpp"
 #include "optex/covariance.hpp"
@@ -20,11 +19,11 @@
 #include "optex/minimize.hpp"
 #include "optex/objective.hpp"
 #include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
 #include "optex/point_split.hpp"
 #include "optex/problems.hpp"
 #include "optex/progress_bar.hpp"
 #include "optex/random.hpp"
-#include "optex/sgd.hpp"
 #include "optex/thread_pool.hpp"
 #include "optex/version.hpp"

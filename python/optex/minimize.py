@@ -108,8 +108,10 @@ def minimize(
     Stops after ``max_iters`` rounds, once a round's loss is <= ``target_loss``,
     once the committed gradient's norm is <= ``grad_tol``, or when a callback
     (called with each round's :class:`IterationInfo`) returns True, whichever
-    comes first. ``options`` and ``option_kwargs`` configure the engine as in
-    :class:`OptEx` (e.g. ``parallelism=4, history=32, seed=0``).
+    comes first. ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``,
+    or a list of ``(size, optimizer)`` pairs for hyperparameters per range),
+    ``options`` and ``option_kwargs`` configure the engine as in :class:`OptEx`
+    (e.g. ``parallelism=4, history=32, seed=0``).
 
     ``workers``: "threads" or "processes" (``max_workers`` of them, N by
     default; processes start with ``mp_context``, "spawn" by default: safe with
