@@ -14,11 +14,13 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "optex/covariance.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
+#include "optex/kernel.hpp"
 #include "optex/options.hpp"
 #include "optex/streaming.hpp"
 #include "test_support.hpp"
@@ -101,6 +103,19 @@ TEST(Covariance, NamesRoundTrip) {
     EXPECT_EQ(optex::covariance_from_name(optex::covariance_name(k)), k);
   EXPECT_THROW(optex::covariance_from_name("matern72"), std::invalid_argument);
 }
+
+// The former spelling (optex/kernel.hpp) still compiles, deprecated, and means the same.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<optex::Kernel, Covariance>);
+TEST(Covariance, TheFormerNamesAreDeprecatedAliases) {
+  for (Covariance k : kAllKernels) {
+    EXPECT_EQ(optex::kernel_name(k), optex::covariance_name(k));
+    EXPECT_EQ(optex::kernel_from_name(optex::covariance_name(k)), k);
+    EXPECT_EQ(optex::kernel_value(k, 0.7), optex::covariance_value(k, 0.7));
+  }
+}
+#pragma GCC diagnostic pop
 
 // ---- gradient history --------------------------------------------------------------
 
