@@ -1,7 +1,10 @@
-// The CUDA backend against the CPU backend and against itself: the DESIGN.md
-// section 2 invariants on the device, estimator and trajectory parity with the
-// CPU, bf16 history storage, determinism, checkpoints across devices, device
-// rows, non-finite gradients, the proxy modes, errors and optex::minimize.
+// The CUDA backend against the CPU backend: estimator and trajectory parity
+// with the CPU to stated tolerances, bf16 history storage, device rows, the
+// commit after a non-finite gradient, the proxy modes, errors, a distributed
+// run and optex::minimize. The invariants that hold bit for bit on every
+// device (N = 1, Proxy::target, determinism, checkpoints, non-finite values,
+// refused calls) are in tests/test_engine_invariants.cpp, and each CUDA kernel
+// against its CPU twin in tests/test_cuda_kernels.cpp.
 //
 // Every test needs a CUDA device. Without one it is skipped with a message,
 // or fails when the environment sets OPTEX_REQUIRE_GPU=1 (as a GPU CI job
@@ -166,84 +169,7 @@ void ExpectSameTrajectory(const F& f, const std::vector<float>& x0, const Optimi
   }
 }
 
-// ---- 1. N = 1 is the base optimizer, bit for bit ------------------------------------
-
-// Tolerance: none. With N = 1 there are no proxy steps: each iteration is one
-// elementwise optimizer update, which the device compiles without FMA
-// contraction and with IEEE division and square root (as the CPU build does
-// without contraction), from a gradient computed on the host at the very same
-// point. Every bit must match optex::apply_step on the host.
-TEST_F(Cuda, ParallelismOneIsTheBaseOptimizerBitForBit) {
-  const std::size_t d = 1000;
-  const std::vector<float> x0 = kRosenbrock.standard_start(d);
-  const std::vector<std::pair<std::string, Optimizer>> optimizers = {
-      {"sgd", Sgd{.lr = 1e-4}},
-      {"sgd_momentum", Sgd{.lr = 1e-4, .momentum = 0.9}},
-      {"sgd_nesterov", Sgd{.lr = 1e-4, .momentum = 0.9, .nesterov = true}},
-      {"sgd_weight_decay", Sgd{.lr = 1e-4, .momentum = 0.5, .weight_decay = 0.1}},
-      {"adam", Adam{.lr = 1e-2}},
-      {"adam_l2", Adam{.lr = 1e-2, .weight_decay = 0.1}},
-      {"adamw", optex::adamw(1e-2, 0.1)},
-  };
-  for (const auto& [name, opt] : optimizers) {
-    for (const Options& base : {WithN(1), Options::reference(1)}) {
-      SCOPED_TRACE(name + (base.history == 50 ? " reference" : " default"));
-      Engine engine(x0, opt, On(Device::cuda(0), base));
-      ASSERT_EQ(engine.device(), Device::cuda(0));
-      std::vector<float> x = x0;
-      OptimizerState s = optex::init_state(opt, d);
-      std::vector<float> g(d);
-      for (int t = 0; t < 30; ++t) {
-        Batch& b = engine.ask();
-        ASSERT_EQ(b.size(), 1);
-        ASSERT_TRUE(BitEqual(b.point(0), x)) << "iteration " << t;
-        b.loss(0) = kRosenbrock.EvaluateWithGradient(b.point(0), b.grad(0));
-        const IterationInfo& info = engine.tell(b);
-        EXPECT_TRUE(info.iterate.empty()) << "a device engine's info holds no host iterate";
-        kRosenbrock.EvaluateWithGradient(x, g);
-        optex::apply_step(opt, x, s, g);
-        ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
-        ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "iteration " << t;
-      }
-      EXPECT_TRUE(AllFinite(x)) << "the learning rate is too large for this test";
-      EXPECT_EQ(engine.optimizer_state().step, 30);
-    }
-  }
-}
-
-// A learning-rate schedule (Engine::set_optimizer) on the device: with N = 1
-// still the base optimizer under the same schedule, bit for bit, and
-// device_iterate() is the iterate in device memory.
-TEST_F(Cuda, ScheduledHyperparametersAreTheBaseOptimizerBitForBit) {
-  const std::size_t d = 1000;
-  const std::vector<float> x0 = kRosenbrock.standard_start(d);
-  for (const Optimizer& opt :
-       {Optimizer(Sgd{.lr = 1e-4, .momentum = 0.9}), Optimizer(optex::adamw(1e-2, 0.1))}) {
-    SCOPED_TRACE(std::string(optex::optimizer_name(opt)));
-    Engine engine(x0, opt, On(Device::cuda(0), WithN(1)));
-    std::vector<float> x = x0;
-    OptimizerState s = optex::init_state(opt, d);
-    std::vector<float> g(d);
-    for (int t = 0; t < 12; ++t) {
-      Optimizer scheduled = opt;
-      std::visit([t](auto& o) { o.lr /= static_cast<double>(1 << (t / 3)); }, scheduled);
-      engine.set_optimizer(scheduled);
-      Step(engine, kRosenbrock);
-      kRosenbrock.EvaluateWithGradient(x, g);
-      optex::apply_step(scheduled, x, s, g);
-      ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
-    }
-#if OPTEX_HAVE_CUDA
-    std::vector<float> from_device(d);
-    ASSERT_EQ(cudaMemcpy(from_device.data(), engine.device_iterate(), d * sizeof(float),
-                         cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    EXPECT_TRUE(BitEqual(from_device, x));
-#endif
-  }
-}
-
-// ---- 2. the estimator on identical inputs ---------------------------------------------
+// ---- 1. the estimator on identical inputs ---------------------------------------------
 
 // Tolerances: cosine > 1 - 1e-6 and ||gpu - cpu|| / ||cpu|| < 1e-4 per row.
 // Both engines restore the same checkpoint: the same history bits, Gram
@@ -294,11 +220,11 @@ TEST_F(Cuda, EstimatorMatchesTheCpuOnTheSameHistory) {
   }
 }
 
-// ---- 3. whole trajectories ------------------------------------------------------------
+// ---- 2. whole trajectories ------------------------------------------------------------
 
 // Tolerance: 1e-3 relative on the final iterate and the final loss after 25
 // iterations. Each iteration differs from the CPU's by the estimator's rounding
-// (test 2: about 1e-7 relative); over 100 optimizer steps that error is carried
+// (test 1: about 1e-7 relative); over 100 optimizer steps that error is carried
 // and amplified by the dynamics (and can move the lengthscale choice), which
 // stays well below 1e-3 on these smooth problems.
 TEST_F(Cuda, TrajectoriesMatchTheCpu) {
@@ -331,7 +257,7 @@ TEST_F(Cuda, TrajectoriesMatchTheCpu) {
   }
 }
 
-// ---- 4. bf16 history storage ----------------------------------------------------------
+// ---- 3. bf16 history storage ----------------------------------------------------------
 
 // Tolerance: cosine > 0.99 between the bf16 and the fp32 engine's predicted
 // rows. Both restore the same fp32 history; the bf16 engine rounds every stored
@@ -404,87 +330,7 @@ TEST_F(Cuda, Bf16HistoryStillOptimises) {
       << "start " << start << ", fp32 " << fp32 << ", bf16_gradients " << bf16_gradients;
 }
 
-// ---- 5. determinism -------------------------------------------------------------------
-
-// Tolerance: none. Same seed, same inputs: the device's reductions must not
-// depend on scheduling (no floating-point atomics), so two engines agree bit
-// for bit, in fp32 and in bf16.
-TEST_F(Cuda, SameSeedSameBits) {
-  const std::size_t d = 1000;
-  const std::vector<float> x0 = kRosenbrock.standard_start(d);
-  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::bf16_gradients}) {
-    SCOPED_TRACE(optex::precision_name(precision));
-    Options o = On(Device::cuda(0), WithN(4, 99));
-    o.history = 12;
-    o.history_precision = precision;
-    Engine a(x0, Adam{.lr = 1e-2}, o);
-    Engine b(x0, Adam{.lr = 1e-2}, o);
-    for (int t = 0; t < 20; ++t) {
-      SCOPED_TRACE("iteration " + std::to_string(t));
-      Batch& ba = a.ask();
-      Batch& bb = b.ask();
-      for (int i = 0; i < ba.size(); ++i) {
-        ASSERT_TRUE(BitEqual(ba.point(i), bb.point(i))) << "point " << i;
-        ba.loss(i) = kRosenbrock.EvaluateWithGradient(ba.point(i), ba.grad(i));
-        bb.loss(i) = kRosenbrock.EvaluateWithGradient(bb.point(i), bb.grad(i));
-      }
-      const IterationInfo ia = a.tell(ba);
-      const IterationInfo& ib = b.tell(bb);
-      EXPECT_TRUE(SameBits(ia.loss, ib.loss));
-      EXPECT_TRUE(SameBits(ia.grad_norm, ib.grad_norm));
-      EXPECT_TRUE(SameBits(ia.lengthscale, ib.lengthscale));
-      EXPECT_TRUE(SameBits(ia.cosine, ib.cosine) ||
-                  (std::isnan(ia.cosine) && std::isnan(ib.cosine)));
-      ASSERT_TRUE(SameEngine(a, b));
-    }
-  }
-}
-
-// ---- 6. checkpoints on the device ------------------------------------------------------
-
-// Tolerance: none. A checkpoint holds every bit that determines the rest of
-// the run; a bf16 history is saved as its fp32 values, which are exact.
-TEST_F(Cuda, CheckpointsRestoreBitIdenticallyOnEveryDevice) {
-  const std::size_t d = 1000;
-  const std::vector<float> x0 = UniformStart(d, 13, -0.5, 1.5);
-  for (Precision precision : {Precision::fp32, Precision::bf16, Precision::bf16_gradients}) {
-    SCOPED_TRACE(optex::precision_name(precision));
-    Options o = On(Device::cuda(0), WithN(4, 7));
-    o.history = 10;  // wrapped after 3 iterations
-    o.history_precision = precision;
-    Engine original(x0, Sgd{.lr = 2e-5, .momentum = 0.9, .nesterov = true}, o);
-    for (int t = 0; t < 5; ++t) Step(original, kRosenbrock);
-    const std::string path = Path(std::string(optex::precision_name(precision)) + ".ckpt");
-    original.save(path);
-
-    // On the CPU: the same iterate, state and history as the device's host views.
-    Engine on_cpu = Engine::load(path, Device::cpu());
-    EXPECT_EQ(on_cpu.device(), Device::cpu());
-    EXPECT_EQ(on_cpu.options().history_precision, Precision::fp32);
-    EXPECT_TRUE(SameEngine(on_cpu, original));
-
-    // On the device: where it was saved, and it continues bit for bit.
-    Engine restored = Engine::load(path);
-    EXPECT_EQ(restored.device(), Device::cuda(0));
-    EXPECT_EQ(restored.options().history_precision, precision);
-    ASSERT_TRUE(SameEngine(restored, original));
-    for (int t = 0; t < 5; ++t) {
-      SCOPED_TRACE("iteration " + std::to_string(5 + t));
-      Batch& a = original.ask();
-      Batch& b = restored.ask();
-      for (int i = 0; i < a.size(); ++i) {
-        ASSERT_TRUE(BitEqual(a.point(i), b.point(i))) << "point " << i;
-        a.loss(i) = kRosenbrock.EvaluateWithGradient(a.point(i), a.grad(i));
-        b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
-      }
-      original.tell(a);
-      restored.tell(b);
-      ASSERT_TRUE(SameEngine(restored, original));
-    }
-  }
-}
-
-// ---- 7. device rows ----------------------------------------------------------------------
+// ---- 4. device rows ----------------------------------------------------------------------
 
 // Tolerance: none. The same gradient bits reach the engine whichever way they
 // are written: through the device rows, through the host staging rows, or as
@@ -549,12 +395,15 @@ TEST_F(Cuda, GradientsThroughDeviceRowsHostRowsOrFlatArraysAgree) {
 #endif
 }
 
-// ---- 8. non-finite gradients ---------------------------------------------------------------
+// ---- 5. the commit after a non-finite gradient ------------------------------------------
 
 // Tolerance: 1e-5 relative between the device's and the CPU's iterate after
-// the same 4 iterations (3 clean ones, then one with a NaN); the only
-// differences are the estimator's rounding (test 2), carried through 16 steps.
-TEST_F(Cuda, NonFiniteGradientsAreDroppedOnTheDevice) {
+// the same 4 iterations (3 clean ones, then one with a NaN in the last point,
+// so that the commit replays the proxy steps up to point N-2); the only
+// differences are the estimator's rounding (test 1), carried through 16 steps.
+// That the device drops the pair and replays exactly is checked bit for bit in
+// tests/test_engine_invariants.cpp (EngineNonFinite.*).
+TEST_F(Cuda, NonFiniteCommitMatchesTheCpu) {
   const std::size_t d = 1000;
   const std::vector<float> x0 = kRosenbrock.standard_start(d);
   const Optimizer opt = Adam{.lr = 1e-2};
@@ -581,37 +430,14 @@ TEST_F(Cuda, NonFiniteGradientsAreDroppedOnTheDevice) {
   const std::vector<float> cpu = with_a_nan(Device::cpu());
   EXPECT_TRUE(AllFinite(gpu));
   EXPECT_LT(RelDiff(gpu, cpu), 1e-5);
-
-  // Every gradient non-finite: nothing is committed, the batch stays pending,
-  // and a retry with finite gradients succeeds.
-  Engine e(x0, opt, On(Device::cuda(0), o));
-  Step(e, kRosenbrock);
-  const std::vector<float> iterate_before(e.iterate().begin(), e.iterate().end());
-  Batch& b = e.ask();
-  for (int i = 0; i < b.size(); ++i) {
-    b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
-    b.grad(i)[static_cast<std::size_t>(i)] = std::numeric_limits<float>::infinity();
-  }
-  EXPECT_THROW(e.tell(b), std::runtime_error);
-  EXPECT_TRUE(e.pending());
-  EXPECT_EQ(e.iteration(), 1);
-  EXPECT_TRUE(BitEqual(e.iterate(), iterate_before));
-  for (int i = 0; i < b.size(); ++i) {
-    b.loss(i) = kRosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
-  }
-  const IterationInfo& info = e.tell(b);
-  EXPECT_EQ(info.dropped, 0);
-  EXPECT_EQ(info.committed_point, o.parallelism - 1);
-  EXPECT_EQ(e.iteration(), 2);
-  EXPECT_EQ(e.history().size(), 8u);
 }
 
-// ---- 9. proxy modes ---------------------------------------------------------------------------
+// ---- 6. proxy modes ---------------------------------------------------------------------------
 
 // Tolerance: 1e-4 relative on the iterate after each of 10 iterations. With
 // Proxy::last_gradient and Proxy::target the device takes the same elementwise
 // steps as the CPU from the same gradients; the zero-gradient warm-up switches
-// to the GP after the first iteration, whose rounding (test 2) is carried over
+// to the GP after the first iteration, whose rounding (test 1) is carried over
 // 40 steps.
 TEST_F(Cuda, ProxyModesMatchTheCpu) {
   const std::size_t d = 1000;
@@ -647,7 +473,7 @@ TEST_F(Cuda, ProxyModesMatchTheCpu) {
   }
 }
 
-// ---- 10. errors ---------------------------------------------------------------------------------
+// ---- 7. errors ---------------------------------------------------------------------------------
 
 TEST_F(Cuda, MissingDevicesAndOversizedHistoriesAreRefused) {
   const std::vector<float> x0 = UniformStart(100, 4);
@@ -683,12 +509,8 @@ TEST_F(Cuda, MissingDevicesAndOversizedHistoriesAreRefused) {
   EXPECT_LT(kSphere.Evaluate(ok.iterate()), start);
 }
 
-// ---- 11. optex::minimize
-// -------------------------------------------------------------------------
+// ---- 8. a distributed run --------------------------------------------------------------------
 
-// Tolerance: 1e-3 relative on Result::x after 30 rounds, as for the
-// trajectories of test 3. minimize() evaluates the batch's host views from
-// several threads at once, which the device batch must serve.
 // Device engines with a host communicator (two in-process ranks on one GPU):
 // each rank writes some of its gradient rows on the device and some through
 // host views; the gather must see both, and every rank commits what one
@@ -738,6 +560,11 @@ TEST_F(Cuda, DistributedDeviceEnginesWithAHostCommunicatorMatchOneDeviceEngine) 
 #endif
 }
 
+// ---- 9. optex::minimize ------------------------------------------------------------------------
+
+// Tolerance: 1e-3 relative on Result::x after 30 rounds, as for the
+// trajectories of test 2. minimize() evaluates the batch's host views from
+// several threads at once, which the device batch must serve.
 TEST_F(Cuda, MinimizeMatchesTheCpu) {
   const std::size_t d = 500;
   const std::vector<float> x0 = UniformStart(d, 77);

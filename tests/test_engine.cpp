@@ -1,5 +1,8 @@
-// Tests of the OptEx engine's invariants and of the DESIGN.md section 2 semantics,
-// checked step by step against hand computations with the base optimizers.
+// Tests of the OptEx engine on the CPU: determinism across evaluation threads and
+// the DESIGN.md section 2 semantics, checked step by step against hand computations
+// with the base optimizers. The invariants that every device must keep (N = 1,
+// Proxy::target, same seed same bits, checkpoints, non-finite values, refused calls)
+// are in tests/test_engine_invariants.cpp, once per device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -42,26 +45,8 @@ using optex::Sgd;
 
 // ---- helpers ------------------------------------------------------------------
 
-// A non-separable, non-quadratic objective: ill-conditioned quadratic + quartic +
-// a coupling chain, so gradients change direction along the trajectory.
-struct Quartic {
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    const std::size_t d = x.size();
-    double f = 0.0;
-    for (std::size_t i = 0; i < d; ++i) {
-      const double xi = x[i];
-      const double c = 1.0 + static_cast<double>(i % 5);
-      const double prev = i > 0 ? static_cast<double>(x[i - 1]) : 0.0;
-      const double next = i + 1 < d ? static_cast<double>(x[i + 1]) : 0.0;
-      f += c * (xi - 0.3) * (xi - 0.3) + 0.1 * xi * xi * xi * xi;
-      if (i + 1 < d) f += 0.5 * xi * next;
-      g[i] = static_cast<float>(2.0 * c * (xi - 0.3) + 0.4 * xi * xi * xi + 0.5 * (prev + next));
-    }
-    return f;
-  }
-};
-
 using optex::problems::Sphere;
+using optex::test::Quartic;
 
 using optex::test::UniformStart;
 using optex::test::WithN;
@@ -140,119 +125,7 @@ double Cosine(std::span<const float> a, std::span<const float> b) {
   return ab / std::sqrt(aa * bb);
 }
 
-// ---- (a) N = 1 is the base optimizer ------------------------------------------
-
-TEST(EngineInvariant, ParallelismOneIsThePlainOptimizerBitForBit) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(24, 7);
-  for (const Optimizer& opt : BaseOptimizers()) {
-    SCOPED_TRACE(Name(opt));
-    for (Options o : {WithN(1), Options::reference(1)}) {
-      Engine engine(x0, opt, o);
-      std::vector<float> x = x0;
-      OptimizerState s = optex::init_state(opt, x.size());
-      std::vector<float> g(x.size());
-      for (int t = 0; t < 30; ++t) {
-        Batch& b = engine.ask();
-        ASSERT_EQ(b.size(), 1);
-        ASSERT_TRUE(BitEqual(b.point(0), x)) << "iteration " << t;
-        b.loss(0) = f.EvaluateWithGradient(b.point(0), b.grad(0));
-        engine.tell(b);
-        f.EvaluateWithGradient(x, g);
-        optex::apply_step(opt, x, s, g);
-        ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "iteration " << t;
-        ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "iteration " << t;
-      }
-      EXPECT_EQ(engine.optimizer_state().step, 30);
-      EXPECT_EQ(engine.iteration(), 30);
-    }
-  }
-}
-
-// ---- (b) Proxy::target is N*T sequential steps --------------------------------
-
-TEST(EngineInvariant, TargetProxyIsNTimesTSequentialStepsBitForBit) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(20, 11);
-  constexpr int kN = 4;
-  constexpr int kT = 10;
-  for (const Optimizer& opt : BaseOptimizers()) {
-    SCOPED_TRACE(Name(opt));
-    Options o;
-    o.parallelism = kN;
-    o.proxy = optex::Proxy::target;
-    Engine engine(x0, opt, o);
-    int oracle_calls = 0;
-    engine.set_gradient_oracle([&](std::span<const float> x, std::span<float> g) {
-      ++oracle_calls;
-      return f.EvaluateWithGradient(x, g);
-    });
-    // The plain sequential trajectory x_0 .. x_{N*T} and its states.
-    std::vector<std::vector<float>> xs{x0};
-    std::vector<OptimizerState> ss{optex::init_state(opt, x0.size())};
-    std::vector<float> g(x0.size());
-    for (int k = 0; k < kN * kT; ++k) {
-      std::vector<float> x = xs.back();
-      OptimizerState s = ss.back();
-      f.EvaluateWithGradient(x, g);
-      optex::apply_step(opt, x, s, g);
-      xs.push_back(x);
-      ss.push_back(s);
-    }
-    for (int t = 0; t < kT; ++t) {
-      Batch& b = engine.ask();
-      for (int i = 0; i < kN; ++i) {
-        ASSERT_TRUE(BitEqual(b.point(i), xs[static_cast<std::size_t>(kN * t + i)]))
-            << "iteration " << t << " point " << i;
-      }
-      Evaluate(f, b);
-      const IterationInfo& info = engine.tell(b);
-      ASSERT_TRUE(BitEqual(engine.iterate(), xs[static_cast<std::size_t>(kN * (t + 1))]))
-          << "iteration " << t;
-      ASSERT_TRUE(
-          StateBitEqual(engine.optimizer_state(), ss[static_cast<std::size_t>(kN * (t + 1))]));
-      // True gradients as predictions: the cosine is exactly 1 up to rounding.
-      EXPECT_NEAR(info.cosine, 1.0, 1e-9);
-    }
-    EXPECT_EQ(oracle_calls, (kN - 1) * kT);
-    // The oracle's sequential calls count as evaluations.
-    EXPECT_EQ(engine.evaluations(), static_cast<std::int64_t>((2 * kN - 1) * kT));
-  }
-}
-
-// ---- (c) determinism -------------------------------------------------------------
-
-TEST(EngineInvariant, SameSeedSameInputsGiveBitIdenticalTrajectories) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(32, 3);
-  for (const Optimizer& opt : BaseOptimizers()) {
-    SCOPED_TRACE(Name(opt));
-    for (Options o : {WithN(4, 99), Options::reference(4)}) {
-      Engine a(x0, opt, o);
-      Engine b(x0, opt, o);
-      for (int t = 0; t < 25; ++t) {
-        Batch& ba = a.ask();
-        Batch& bb = b.ask();
-        for (int i = 0; i < ba.size(); ++i) {
-          ASSERT_TRUE(BitEqual(ba.point(i), bb.point(i)));
-          ASSERT_EQ(ba.seed(i), bb.seed(i));
-        }
-        Evaluate(f, ba);
-        // The other engine gets its batch evaluated in reverse order.
-        for (int i = bb.size() - 1; i >= 0; --i) {
-          bb.loss(i) = f.EvaluateWithGradient(bb.point(i), bb.grad(i));
-        }
-        const IterationInfo ia = a.tell(ba);
-        const IterationInfo& ib = b.tell(bb);
-        ASSERT_TRUE(BitEqual(a.iterate(), b.iterate())) << "iteration " << t;
-        ASSERT_TRUE(StateBitEqual(a.optimizer_state(), b.optimizer_state()));
-        ASSERT_EQ(a.lengthscale(), b.lengthscale());
-        ASSERT_EQ(a.rng_state(), b.rng_state());
-        EXPECT_EQ(std::memcmp(&ia.cosine, &ib.cosine, sizeof(double)), 0);
-      }
-    }
-  }
-}
+// ---- (a) determinism across threads ----------------------------------------------
 
 // minimize() evaluates on options.parallelism threads; a manual loop on pools of
 // other sizes, or sequentially in reverse order, must give the same bits.
@@ -300,7 +173,7 @@ TEST(EngineInvariant, MinimizeIsIndependentOfTheThreadCount) {
   }
 }
 
-// ---- (d) DESIGN.md section 2, step by step ----------------------------------
+// ---- (b) DESIGN.md section 2, step by step ----------------------------------
 
 // Checks one iteration of `engine` against a hand computation from a copy of the
 // state before it: x_i = step(x_{i-1}, s_{i-1}, mu_{i-1}), commit = step(x_{N-1},
@@ -533,202 +406,7 @@ TEST(EngineSemantics, HistoryShorterThanTheBatchKeepsTheNewestPairs) {
   }
 }
 
-// ---- (e) non-finite gradients and losses -----------------------------------
-
-struct NonFiniteCase {
-  int bad_point;
-  bool nan_gradient;  // else an infinite loss
-};
-
-TEST(EngineNonFinite, ADroppedMiddlePairStaysOutOfTheHistory) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(10, 13);
-  constexpr int kN = 4;
-  for (const NonFiniteCase c :
-       {NonFiniteCase{1, true}, NonFiniteCase{2, false}, NonFiniteCase{0, true}}) {
-    SCOPED_TRACE("bad point " + std::to_string(c.bad_point));
-    Options o;
-    o.parallelism = kN;
-    Engine engine(x0, Adam{.lr = 0.02}, o);
-    Engine twin(x0, Adam{.lr = 0.02}, o);
-    for (int t = 0; t < 2; ++t) {
-      Iterate(engine, f);
-      Iterate(twin, f);
-    }
-    const std::size_t h = engine.history().size();
-    Batch& b = engine.ask();
-    Evaluate(f, b);
-    if (c.nan_gradient) {
-      b.grad(c.bad_point)[3] = std::numeric_limits<float>::quiet_NaN();
-    } else {
-      b.loss(c.bad_point) = std::numeric_limits<double>::infinity();
-    }
-    const IterationInfo& info = engine.tell(b);
-    EXPECT_EQ(info.dropped, 1);
-    EXPECT_EQ(info.committed_point, kN - 1);
-    EXPECT_EQ(engine.history().size(), h + kN - 1);
-    for (std::size_t j = 0; j < engine.history().size(); ++j) {
-      const auto g = engine.history().gradient(j);
-      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
-    }
-    // The last point was fine: the commit is the normal one.
-    Iterate(twin, f);
-    EXPECT_TRUE(BitEqual(engine.iterate(), twin.iterate()));
-    EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), twin.optimizer_state()));
-  }
-}
-
-// nonfinite_points names exactly the points tell() would drop, and changes nothing.
-TEST(EngineNonFinite, NonFinitePointsNamesWhatTellWouldDrop) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(10, 14);
-  Engine engine(x0, Adam{.lr = 0.02}, WithN(4));
-  Engine twin(x0, Adam{.lr = 0.02}, WithN(4));
-  Iterate(engine, f);
-  Iterate(twin, f);
-  Batch& b = engine.ask();
-  Evaluate(f, b);
-  EXPECT_TRUE(engine.nonfinite_points(b).empty());
-  b.grad(1)[9] = std::numeric_limits<float>::infinity();
-  b.loss(2) = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(engine.nonfinite_points(b), (std::vector<int>{1, 2}));
-  EXPECT_TRUE(engine.pending());
-  twin.ask();
-  EXPECT_TRUE(optex::test::SameEngine(engine, twin));
-  EXPECT_EQ(engine.tell(b).dropped, 2);
-
-  Engine other(x0, Adam{.lr = 0.02}, WithN(4));
-  EXPECT_THROW(other.nonfinite_points(b), std::invalid_argument);  // another engine's batch
-  EXPECT_THROW(engine.nonfinite_points(b), std::runtime_error);    // nothing pending
-}
-
-// When the last point is non-finite the commit steps from the last finite point,
-// with the optimizer state replayed up to it.
-TEST(EngineNonFinite, ANonFiniteLastPointCommitsFromTheLastFiniteOne) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(10, 17);
-  constexpr int kN = 5;
-  for (const Optimizer& opt : BaseOptimizers()) {
-    for (int bad_tail : {1, 2, 4}) {  // how many trailing points are non-finite
-      for (bool reference : {false, true}) {
-        SCOPED_TRACE(Name(opt) + " bad tail " + std::to_string(bad_tail) +
-                     (reference ? " reference" : " default"));
-        Options o = reference ? Options::reference(kN) : WithN(kN);
-        Engine engine(x0, opt, o);
-        for (int t = 0; t < 3; ++t) Iterate(engine, f);
-        const std::vector<float> x_before(engine.iterate().begin(), engine.iterate().end());
-        const OptimizerState s_before = engine.optimizer_state();
-        const std::size_t h = engine.history().size();
-        Batch& b = engine.ask();
-        Evaluate(f, b);
-        for (int i = kN - bad_tail; i < kN; ++i) {
-          if (i % 2 == 0) {
-            b.grad(i)[0] = std::numeric_limits<float>::infinity();
-          } else {
-            b.loss(i) = std::numeric_limits<double>::quiet_NaN();
-          }
-        }
-        const int c = kN - 1 - bad_tail;
-        const IterationInfo& info = engine.tell(b);
-        EXPECT_EQ(info.committed_point, c);
-        EXPECT_EQ(info.dropped, bad_tail);
-        EXPECT_EQ(info.loss, b.loss(c));
-        EXPECT_EQ(engine.history().size(),
-                  std::min<std::size_t>(h + static_cast<std::size_t>(kN - bad_tail),
-                                        static_cast<std::size_t>(o.history)));
-        // By hand: c proxy steps from the old state, then the true step at x_c.
-        std::vector<float> x = x_before;
-        OptimizerState s = s_before;
-        for (int i = 0; i < c; ++i) optex::apply_step(opt, x, s, b.predicted_gradient(i));
-        ASSERT_TRUE(BitEqual(x, b.point(c)));
-        optex::apply_step(opt, x, s, b.grad(c));
-        EXPECT_TRUE(BitEqual(engine.iterate(), x));
-        EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), s));
-        EXPECT_EQ(engine.optimizer_state().step, s_before.step + c + 1);
-      }
-    }
-  }
-}
-
-// In the default warm-up nothing moved, so a non-finite last point commits one
-// plain step from x0 with the initial state.
-TEST(EngineNonFinite, ANonFiniteLastPointDuringTheDefaultWarmup) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(10, 19);
-  constexpr int kN = 4;
-  for (const Optimizer& opt : BaseOptimizers()) {
-    SCOPED_TRACE(Name(opt));
-    Engine engine(x0, opt, WithN(kN));
-    Batch& b = engine.ask();
-    Evaluate(f, b);
-    b.grad(kN - 1)[1] = std::numeric_limits<float>::quiet_NaN();
-    const IterationInfo& info = engine.tell(b);
-    EXPECT_EQ(info.committed_point, kN - 2);
-    std::vector<float> x = x0;
-    OptimizerState s = optex::init_state(opt, x.size());
-    optex::apply_step(opt, x, s, b.grad(kN - 2));
-    EXPECT_TRUE(BitEqual(engine.iterate(), x));
-    EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), s));
-  }
-}
-
-TEST(EngineNonFinite, AllNonFiniteThrowsAndChangesNothing) {
-  const Quartic f;
-  const std::vector<float> x0 = UniformStart(10, 23);
-  constexpr int kN = 4;
-  Options o;
-  o.parallelism = kN;
-  Engine engine(x0, Adam{.lr = 0.02}, o);
-  Engine twin(x0, Adam{.lr = 0.02}, o);
-  for (int t = 0; t < 2; ++t) {
-    Iterate(engine, f);
-    Iterate(twin, f);
-  }
-  const std::vector<float> x_before(engine.iterate().begin(), engine.iterate().end());
-  const OptimizerState s_before = engine.optimizer_state();
-  const std::size_t h = engine.history().size();
-  const std::int64_t it = engine.iteration();
-  const std::int64_t ev = engine.evaluations();
-  Batch& b = engine.ask();
-  const std::vector<float> points(b.points().begin(), b.points().end());
-  for (int i = 0; i < kN; ++i) {
-    b.loss(i) = std::numeric_limits<double>::quiet_NaN();
-    std::fill(b.grad(i).begin(), b.grad(i).end(), 1.0f);
-  }
-  try {
-    engine.tell(b);
-    FAIL() << "tell() accepted a batch with no finite pair";
-  } catch (const std::runtime_error& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("non-finite"));
-  }
-  EXPECT_TRUE(BitEqual(engine.iterate(), x_before));
-  EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), s_before));
-  EXPECT_EQ(engine.history().size(), h);
-  EXPECT_EQ(engine.iteration(), it);
-  EXPECT_EQ(engine.evaluations(), ev);
-  EXPECT_TRUE(engine.pending());
-  // Also through the flat interface.
-  std::vector<float> grads(static_cast<std::size_t>(kN) * x0.size(),
-                           std::numeric_limits<float>::infinity());
-  std::vector<double> losses(kN, 1.0);
-  EXPECT_THROW(engine.tell(grads, losses), std::runtime_error);
-  EXPECT_TRUE(engine.pending());
-  EXPECT_EQ(engine.history().size(), h);
-  // The batch is still pending and unchanged; a finite tell then succeeds and
-  // matches an engine that never saw the failure.
-  Batch& again = engine.ask();
-  EXPECT_EQ(&again, &b);
-  EXPECT_TRUE(BitEqual(again.points(), points));
-  Evaluate(f, again);
-  engine.tell(again);
-  Iterate(twin, f);
-  EXPECT_TRUE(BitEqual(engine.iterate(), twin.iterate()));
-  EXPECT_TRUE(StateBitEqual(engine.optimizer_state(), twin.optimizer_state()));
-  EXPECT_EQ(engine.history().size(), twin.history().size());
-  EXPECT_FALSE(engine.pending());
-}
-
-// ---- (f) IterationInfo --------------------------------------------------------
+// ---- (c) IterationInfo --------------------------------------------------------
 
 TEST(EngineInfo, CountsLossAndCosine) {
   const Sphere f;
@@ -774,7 +452,7 @@ TEST(EngineInfo, CountsLossAndCosine) {
   }
 }
 
-// ---- (g) ask() and seeds ---------------------------------------------------------
+// ---- (d) ask() and seeds ---------------------------------------------------------
 
 TEST(EngineAsk, AskingTwiceReturnsTheSameBatch) {
   const Quartic f;
@@ -843,7 +521,7 @@ TEST(EngineAsk, FlatTellMatchesBatchTell) {
   }
 }
 
-// ---- (h) the iteration-count check of the issue ----------------------------------
+// ---- (e) the iteration-count check ----------------------------------
 
 std::vector<float> RunOptEx(const std::vector<float>& x0, const Options& o, int iters) {
   const Sphere f;

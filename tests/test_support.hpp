@@ -55,4 +55,23 @@ inline std::vector<float> UniformStart(std::size_t d, std::uint64_t seed, double
   return x;
 }
 
+// A non-separable, non-quadratic objective: ill-conditioned quadratic + quartic +
+// a coupling chain, so gradients change direction along the trajectory.
+struct Quartic {
+  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
+    const std::size_t d = x.size();
+    double f = 0.0;
+    for (std::size_t i = 0; i < d; ++i) {
+      const double xi = x[i];
+      const double c = 1.0 + static_cast<double>(i % 5);
+      const double prev = i > 0 ? static_cast<double>(x[i - 1]) : 0.0;
+      const double next = i + 1 < d ? static_cast<double>(x[i + 1]) : 0.0;
+      f += c * (xi - 0.3) * (xi - 0.3) + 0.1 * xi * xi * xi * xi;
+      if (i + 1 < d) f += 0.5 * xi * next;
+      g[i] = static_cast<float>(2.0 * c * (xi - 0.3) + 0.4 * xi * xi * xi + 0.5 * (prev + next));
+    }
+    return f;
+  }
+};
+
 }  // namespace optex::test
