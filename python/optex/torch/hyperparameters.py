@@ -20,6 +20,7 @@ optimizer added to the C++ library is available here without a change.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -93,7 +94,9 @@ def class_defaults(cls: type) -> dict[str, Any]:
 GROUP_KEYS: dict[str, tuple[str, ...]] = {kind: group_keys(cls) for kind, cls in CLASSES.items()}
 
 
+@functools.cache
 def _is_flag(cls: type, name: str) -> bool:
+    """Whether a hyperparameter is a bool (its default is), not a real number."""
     return isinstance(getattr(cls(), name), bool)
 
 
