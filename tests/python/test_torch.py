@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import runpy
 from contextlib import contextmanager
 from pathlib import Path
@@ -407,6 +408,267 @@ def test_zero_grad() -> None:
     assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 
 
+# ---------------------------------------------------------------------------- base optimizers
+
+
+def torch_values(cls, engine_optimizer) -> dict:
+    """An engine optimizer's hyperparameters under torch.optim's names: each field
+    by its own name, beta1 and beta2 as the pair 'betas' (the facade's rule,
+    written out here independently of optex.torch)."""
+    out = {}
+    for name in cls.hyperparameters:
+        if name in ("beta1", "beta2") and {"beta1", "beta2"} <= set(cls.hyperparameters):
+            out["betas"] = (engine_optimizer.beta1, engine_optimizer.beta2)
+        else:
+            out[name] = getattr(engine_optimizer, name)
+    return out
+
+
+def non_default_values(cls) -> dict:
+    """Engine keyword arguments that differ from the class's defaults wherever the
+    class accepts a different value: lr 0.02, half of each positive real, 0.05 for
+    each zero, each flag flipped (in constructor order, so that a flag that needs
+    another field, like nesterov its momentum, sees that field changed first)."""
+    defaults = cls()
+    values: dict = {}
+    for name in cls.hyperparameters:
+        default = getattr(defaults, name)
+        if name == "lr":
+            candidate = 0.02
+        elif isinstance(default, bool):
+            candidate = not default
+        else:
+            candidate = default * 0.5 if default > 0 else 0.05
+        try:
+            cls(**values, **{name: candidate})
+        except ValueError:
+            continue
+        values[name] = candidate
+    return values
+
+
+@pytest.mark.parametrize("cls", optex.optimizer_classes(), ids=lambda cls: cls.__name__)
+def test_every_engine_optimizer_class_works_through_the_facade(cls) -> None:
+    """Nothing in optex.torch names an optimizer: every class the library registers
+    is an optimizer= name (its name in lower case), takes its hyperparameters under
+    torch.optim's names and steps bit for bit as the engine with that optimizer."""
+    name = cls.__name__.lower()
+    engine_optimizer = cls(**non_default_values(cls))
+    hyper = torch_values(cls, engine_optimizer)
+    assert engine_optimizer != cls()  # the facade must pass every value on, not fall back
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer=name, parallelism=2, history=6, seed=3, **hyper)
+    assert {key: opt.param_groups[0][key] for key in hyper} == hyper
+    assert set(opt.param_groups[0]) == {"params", *hyper}
+    closure = closure_for(opt, model, data)
+    for _ in range(3):
+        opt.step(closure)
+    assert type(opt.engine.optimizer) is cls
+    assert opt.engine.optimizer == engine_optimizer
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 3,
+                        engine_optimizer, parallelism=2, history=6, seed=3)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+    # Checkpoints carry the optimizer through state_dict, whatever it is.
+    resumed_model = make_model(seed=5)
+    resumed_model.load_state_dict(model.state_dict())
+    resumed = OptEx(resumed_model.parameters(), optimizer=name)
+    resumed.load_state_dict(opt.state_dict())
+    assert resumed.engine.optimizer == engine_optimizer
+    resumed.step(closure_for(resumed, resumed_model, data))
+    opt.step(closure)
+    assert bits(flat(resumed_model.parameters())) == bits(flat(model.parameters()))
+
+
+@pytest.mark.parametrize("cls", optex.optimizer_classes(), ids=lambda cls: cls.__name__)
+def test_defaults_are_the_classes_own_except_lr(cls) -> None:
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer=cls.__name__.lower(), parallelism=1)
+    expected = cls(lr=1e-3)  # the facade's lr default; every other value the class's
+    assert opt.param_groups[0]["lr"] == 1e-3
+    assert {k: v for k, v in opt.param_groups[0].items() if k != "params"} == torch_values(cls, expected)
+    opt.step(closure_for(opt, model, make_data()))
+    assert opt.engine.optimizer == expected
+
+
+def test_the_defaults_of_adam_adamw_and_sgd_are_unchanged() -> None:
+    def group(**kwargs):
+        opt = OptEx(make_model().parameters(), **kwargs)
+        return {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+
+    assert group() == {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+    assert group(optimizer="adam") == group()
+    assert group(optimizer="adamw") == {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
+                                        "weight_decay": 0.01}
+    assert group(optimizer="sgd") == {"lr": 1e-3, "momentum": 0.0, "nesterov": False,
+                                      "weight_decay": 0.0}
+    assert group(optimizer="rmsprop") == {"lr": 1e-3, "alpha": 0.99, "eps": 1e-8, "weight_decay": 0.0,
+                                          "momentum": 0.0, "centered": False}
+    assert group(optimizer="lion") == {"lr": 1e-3, "betas": (0.9, 0.99), "weight_decay": 0.0}
+
+
+def test_positional_hyperparameters_keep_their_order() -> None:
+    model = make_model()
+    # OptEx(params, optimizer, lr, betas, eps, weight_decay, momentum, nesterov)
+    sgd = OptEx(model.parameters(), "sgd", 0.05, None, None, 0.001, 0.9, True, parallelism=1)
+    adam = OptEx(model.parameters(), "adam", 0.02, (0.8, 0.99), 1e-6, 0.1, parallelism=1)
+    for opt in (sgd, adam):
+        opt.step(closure_for(opt, model, make_data()))
+    assert sgd.engine.optimizer == optex.Sgd(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.001)
+    assert adam.engine.optimizer == optex.Adam(lr=0.02, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize(("name", "hyper", "engine_optimizer"), [
+    ("rmsprop", {}, optex.RmsProp(lr=0.01)),
+    ("rmsprop", {"alpha": 0.9, "momentum": 0.5, "eps": 1e-6},
+     optex.RmsProp(lr=0.01, alpha=0.9, momentum=0.5, eps=1e-6)),
+    ("rmsprop", {"centered": True}, optex.RmsProp(lr=0.01, centered=True)),
+    ("rmsprop", {"centered": True, "momentum": 0.9, "weight_decay": 0.01},
+     optex.RmsProp(lr=0.01, centered=True, momentum=0.9, weight_decay=0.01)),
+    ("lion", {}, optex.Lion(lr=0.01)),
+    ("lion", {"betas": (0.95, 0.98), "weight_decay": 0.1},
+     optex.Lion(lr=0.01, beta1=0.95, beta2=0.98, weight_decay=0.1)),
+])
+def test_rmsprop_and_lion_equal_the_manual_ask_tell_loop_bit_for_bit(n, name, hyper, engine_optimizer) -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer=name, lr=0.01, parallelism=n, history=8, seed=4, **hyper)
+    closure = closure_for(opt, model, data)
+    for _ in range(5):
+        opt.step(closure)
+    assert opt.engine.optimizer == engine_optimizer
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 5,
+                        engine_optimizer, parallelism=n, history=8, seed=4)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+
+
+def test_rmsprop_and_lion_groups_build_the_engine_optimizer() -> None:
+    model = make_model()
+    groups = [{"params": model[0].parameters()},
+              {"params": model[2].parameters(), "centered": True, "momentum": 0.3}]
+    opt = OptEx(groups, optimizer="rmsprop", lr=0.02, centered=True, momentum=0.3, alpha=0.95,
+                parallelism=2)
+    assert [g["alpha"] for g in opt.param_groups] == [0.95, 0.95]
+    opt.step(closure_for(opt, model, make_data()))
+    assert opt.engine.optimizer == optex.RmsProp(lr=0.02, alpha=0.95, momentum=0.3, centered=True)
+
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['centered'\]: False differs from "
+                                         r"param_groups\[0\]\['centered'\] = True"):
+        OptEx([{"params": model[0].parameters()},
+               {"params": model[2].parameters(), "centered": False}], optimizer="rmsprop", centered=True)
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['betas'\]: \(0.8, 0.9\) differs"):
+        OptEx([{"params": model[0].parameters()},
+               {"params": model[2].parameters(), "betas": (0.8, 0.9)}], optimizer="lion")
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: betas\[1\]: must be in \[0, 1\), got 1"):
+        OptEx([{"params": model[0].parameters()},
+               {"params": model[2].parameters(), "betas": (0.9, 1.0)}], optimizer="lion")
+
+
+def test_a_hyperparameter_the_optimizer_does_not_take_raises_naming_it() -> None:
+    params = list(make_model().parameters())
+    cases = [
+        (dict(optimizer="lion", eps=1e-8),
+         r"eps: not a hyperparameter of optimizer='lion' \(it takes lr, betas, weight_decay\), got 1e-08"),
+        (dict(optimizer="lion", momentum=0.9),
+         r"momentum: not a hyperparameter of optimizer='lion' \(it takes lr, betas, weight_decay\)"),
+        (dict(optimizer="rmsprop", betas=(0.9, 0.99)),
+         r"betas: not a hyperparameter of optimizer='rmsprop' "
+         r"\(it takes lr, alpha, eps, weight_decay, momentum, centered\), got \(0.9, 0.99\)"),
+        (dict(optimizer="rmsprop", nesterov=True), r"nesterov: not a hyperparameter of optimizer='rmsprop'"),
+        (dict(alpha=0.9), r"alpha: not a hyperparameter of optimizer='adam' "
+                          r"\(it takes lr, betas, eps, weight_decay\), got 0.9"),
+        (dict(optimizer="sgd", centered=True), r"centered: not a hyperparameter of optimizer='sgd'"),
+        # The engine's own names are not torch.optim's: Adam's pair is betas.
+        (dict(beta1=0.8), r"beta1: not a hyperparameter of optimizer='adam'"),
+        # A name no optimizer takes (a misspelled option) is refused the same way.
+        (dict(optimizer="rmsprop", histroy=5),
+         r"histroy: not a hyperparameter of optimizer='rmsprop' \(it takes lr, alpha, eps, weight_decay, "
+         r"momentum, centered\), nor a keyword argument of optex.torch.OptEx, got 5"),
+        (dict(optimizer="rmsprop", alpha=1.0), r"alpha: must be in \[0, 1\), got 1"),
+        (dict(optimizer="rmsprop", centered=1), r"centered: must be a bool, got 1"),
+        (dict(optimizer="rmsprop", momentum="high"), r"momentum: must be a real number, got 'high'"),
+        (dict(optimizer="lion", betas=(1.5, 0.9)), r"betas\[0\]: must be in \[0, 1\), got 1.5"),
+        (dict(optimizer="lion", betas=(0.9,)), r"betas: must be a pair \(beta1, beta2\)"),
+        (dict(optimizer="lion", lr=0.5, weight_decay=3.0), r"weight_decay: must be < 1 / lr"),
+        (dict(optimizer="Adam"), r"optimizer: must be one of"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            OptEx(params, **kwargs)
+    # None means "not given", as for the named hyperparameters.
+    opt = OptEx(params, optimizer="rmsprop", alpha=None, centered=None)
+    assert opt.param_groups[0]["alpha"] == 0.99 and opt.param_groups[0]["centered"] is False
+
+
+def test_no_hyperparameter_name_collides_with_a_keyword_of_the_facade() -> None:
+    """A class whose torch.optim name equals one of OptEx's own keywords (an
+    option, ``params``...) could not be passed through; none may."""
+    import inspect
+
+    own = {name for name, p in inspect.signature(OptEx.__init__).parameters.items()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    named = {"lr", "betas", "eps", "weight_decay", "momentum", "nesterov"}
+    for cls in optex.optimizer_classes():
+        keys = set(torch_values(cls, cls()))
+        assert not (keys & (own - named)), (cls.__name__, keys & (own - named))
+
+
+def test_an_lr_scheduler_with_rmsprop_equals_set_optimizer_in_the_manual_loop() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer="rmsprop", lr=0.01, centered=True, momentum=0.5,
+                parallelism=3, history=8, seed=2)
+    closure = closure_for(opt, model, data)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for _ in range(6):
+        opt.step(closure)
+        scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.01 / 8
+
+    def rmsprop(lr):
+        return optex.RmsProp(lr=lr, centered=True, momentum=0.5)
+
+    reference = make_model()
+    engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 6,
+                        rmsprop(0.01), schedule=lambda t: rmsprop(0.01 * 0.5 ** (t // 2)),
+                        parallelism=3, history=8, seed=2)
+    assert bits(flat(model.parameters())) == engine.x.tobytes()
+    assert opt.engine.optimizer == rmsprop(0.01 / 4)  # the last step's value
+
+    # A change the engine's state cannot follow is refused, and changes nothing.
+    before = bits(flat(model.parameters()))
+    opt.param_groups[0]["centered"] = False
+    with pytest.raises(ValueError, match="centered: false cannot replace true"):
+        opt.step(closure)
+    assert bits(flat(model.parameters())) == before and opt.engine.iteration == 6
+
+
+def test_an_lr_scheduler_with_rmsprop_and_parallelism_one_follows_torch_optim() -> None:
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer="rmsprop", lr=0.01, alpha=0.9, momentum=0.9,
+                centered=True, parallelism=1)
+    closure = closure_for(opt, model, data)
+    theirs = make_model()
+    torch_opt = torch.optim.RMSprop(theirs.parameters(), lr=0.01, alpha=0.9, momentum=0.9,
+                                    centered=True, foreach=False)
+    schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10) for o in (opt, torch_opt)]
+    for _ in range(10):
+        opt.step(closure)
+        torch_opt.zero_grad()
+        loss_of(theirs, data).backward()
+        torch_opt.step()
+        for s in schedulers:
+            s.step()
+    torch.testing.assert_close(flat(model.parameters()), flat(theirs.parameters()), rtol=0.0, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------- param groups
 
 
@@ -552,7 +814,8 @@ def test_loading_an_empty_state_keeps_the_lazy_engine() -> None:
 def test_bad_arguments_raise_value_error_naming_them() -> None:
     params = list(make_model().parameters())
     cases = [
-        (dict(optimizer="lbfgs"), r"optimizer: must be one of 'adam', 'adamw', 'sgd', got 'lbfgs'"),
+        (dict(optimizer="lbfgs"), "optimizer: must be one of " + re.escape(
+            ", ".join(repr(cls.__name__.lower()) for cls in optex.optimizer_classes())) + ", got 'lbfgs'"),
         (dict(lr=0.0), r"lr: must be finite and > 0, got 0"),
         (dict(lr=-1e-3), r"lr: must be finite and > 0"),
         (dict(lr="fast"), r"lr: must be a real number"),

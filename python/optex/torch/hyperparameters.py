@@ -1,32 +1,41 @@
 """torch.optim's hyperparameters and OptEx's options, as the engine's values.
 
-``optex.torch.OptEx`` takes torch.optim's names (``lr``, ``betas``, ``eps``,
-``weight_decay``, ``momentum``, ``nesterov``) in its param groups and the
+``optex.torch.OptEx`` takes torch.optim's names in its param groups and the
 fields of ``optex.Options`` as keywords. The functions here turn them into the
-engine's optimizer (``optex.Sgd``, ``optex.Adam``, ``optex.AdamW``) and
-``optex.Options``, and their ValueErrors name the setting as the user spelled
-it (``betas[0]``, not the engine's ``beta1``).
+engine's optimizer and ``optex.Options``, and their ValueErrors name the
+setting as the user spelled it (``betas[0]``, not the engine's ``beta1``).
+
+Nothing here knows any particular optimizer: everything is derived from the
+classes the compiled module registers (``optex.optimizer_classes()``), so an
+optimizer added to the C++ library is available here without a change.
+
+- ``optimizer=`` names are the class names in lower case ("adamw" for
+  ``optex.AdamW``).
+- The param-group keys are the class's ``hyperparameters``, each under its own
+  name, except that ``beta1`` and ``beta2`` form torch.optim's ``betas`` pair
+  (in beta1's place).
+- Each key's default is the class's own default (``cls()``), except ``lr``,
+  whose default is the facade's ``lr`` argument (1e-3).
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
-from .._optex import Adam, AdamW, Options, Sgd
+from .._optex import Options, optimizer_classes
 
-EngineOptimizer = Union[Sgd, Adam, AdamW]
+# An engine optimizer value: an instance of one of optex.optimizer_classes().
+EngineOptimizer = Any
 
-OPTIMIZERS = ("adam", "adamw", "sgd")
-# The hyperparameters each optimizer reads from a param group, in torch.optim's names.
-GROUP_KEYS = {
-    "adam": ("lr", "betas", "eps", "weight_decay"),
-    "adamw": ("lr", "betas", "eps", "weight_decay"),
-    "sgd": ("lr", "momentum", "nesterov", "weight_decay"),
-}
+# The engine's two fields that torch.optim spells as one pair.
+PAIR = ("beta1", "beta2")
+PAIR_KEY = "betas"
+
 # The fields of optex.Options that OptEx accepts as keyword arguments.
 OPTION_FIELDS = (
     "parallelism",
@@ -46,36 +55,77 @@ OPTION_FIELDS = (
 )
 
 
-def defaults(optimizer: Any, lr: Any, betas: Any, eps: Any, weight_decay: Any, momentum: Any,
-             nesterov: Any) -> dict[str, Any]:
-    """The defaults of the param groups: the arguments given, torch.optim's defaults
-    for the others. ValueError for an unknown optimizer or a hyperparameter it does
-    not take (momentum with Adam, betas with SGD)."""
-    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+# The optimizers, by their optimizer= name: the class name in lower case, in
+# the order of optex.optimizer_classes().
+CLASSES: dict[str, type] = {cls.__name__.lower(): cls for cls in optimizer_classes()}
+OPTIMIZERS = tuple(CLASSES)
+
+
+def _uses_pair(cls: type) -> bool:
+    return all(name in cls.hyperparameters for name in PAIR)
+
+
+def group_keys(cls: type) -> tuple[str, ...]:
+    """torch.optim's param-group keys of an engine optimizer class: its
+    hyperparameters by their own names, with beta1 and beta2 as one ``betas``."""
+    keys: list[str] = []
+    for name in cls.hyperparameters:
+        if _uses_pair(cls) and name in PAIR:
+            if name == PAIR[0]:
+                keys.append(PAIR_KEY)
+        else:
+            keys.append(name)
+    return tuple(keys)
+
+
+def class_defaults(cls: type) -> dict[str, Any]:
+    """The class's own defaults (``cls()``) under torch.optim's keys."""
+    value = cls()
+    out: dict[str, Any] = {}
+    for key in group_keys(cls):
+        if key == PAIR_KEY and _uses_pair(cls):
+            out[key] = tuple(getattr(value, name) for name in PAIR)
+        else:
+            out[key] = getattr(value, key)
+    return out
+
+
+# The hyperparameters each optimizer reads from a param group, in torch.optim's names.
+GROUP_KEYS: dict[str, tuple[str, ...]] = {kind: group_keys(cls) for kind, cls in CLASSES.items()}
+
+
+@functools.cache
+def _is_flag(cls: type, name: str) -> bool:
+    """Whether a hyperparameter is a bool (its default is), not a real number."""
+    return isinstance(getattr(cls(), name), bool)
+
+
+def defaults(optimizer: Any, lr: Any, given: dict[str, Any]) -> dict[str, Any]:
+    """The defaults of the param groups: ``lr``, the hyperparameters ``given``
+    (torch.optim's names; None means not given), and the class's own defaults
+    for the others. ValueError for an unknown optimizer or a hyperparameter it
+    does not take (``momentum`` with Adam, ``betas`` with SGD, a misspelled name)."""
+    if not isinstance(optimizer, str) or optimizer not in CLASSES:
         raise ValueError(
             f"optimizer: must be one of {', '.join(repr(o) for o in OPTIMIZERS)}, "
             f"got {optimizer!r}"
         )
-    given = {"betas": betas, "eps": eps, "momentum": momentum, "nesterov": nesterov}
+    keys = GROUP_KEYS[optimizer]
     for name, value in given.items():
-        if value is not None and name not in GROUP_KEYS[optimizer]:
+        if name not in keys:
+            known = any(name in other for other in GROUP_KEYS.values())
             raise ValueError(
                 f"{name}: not a hyperparameter of optimizer={optimizer!r} "
-                f"(it takes {', '.join(GROUP_KEYS[optimizer])}), got {value!r}"
+                f"(it takes {', '.join(keys)})"
+                + ("" if known else ", nor a keyword argument of optex.torch.OptEx")
+                + f", got {value!r}"
             )
-    if optimizer == "sgd":
-        return {
-            "lr": lr,
-            "momentum": 0.0 if momentum is None else momentum,
-            "nesterov": False if nesterov is None else nesterov,
-            "weight_decay": 0.0 if weight_decay is None else weight_decay,
-        }
-    return {
-        "lr": lr,
-        "betas": (0.9, 0.999) if betas is None else betas,
-        "eps": 1e-8 if eps is None else eps,
-        "weight_decay": (0.01 if optimizer == "adamw" else 0.0) if weight_decay is None else weight_decay,
-    }
+    result = class_defaults(CLASSES[optimizer])
+    result["lr"] = lr
+    for name, value in given.items():
+        if value is not None:
+            result[name] = value
+    return result
 
 
 def real(name: str, value: Any) -> float:
@@ -89,31 +139,40 @@ def real(name: str, value: Any) -> float:
     return float(value)
 
 
+def _engine_values(cls: type, group: dict[str, Any]) -> dict[str, Any]:
+    """The group's hyperparameters as the class's keyword arguments, checked for
+    their type (ValueError naming torch.optim's key)."""
+    values: dict[str, Any] = {}
+    for key in group_keys(cls):
+        value = group[key]
+        if key == PAIR_KEY and _uses_pair(cls):
+            if not (isinstance(value, (tuple, list)) and len(value) == 2):
+                raise ValueError(f"{key}: must be a pair ({', '.join(PAIR)}), got {value!r}")
+            for i, name in enumerate(PAIR):
+                values[name] = real(f"{key}[{i}]", value[i])
+        elif _is_flag(cls, key):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key}: must be a bool, got {value!r}")
+            values[key] = value
+        else:
+            values[key] = real(key, value)
+    return values
+
+
 def make_optimizer(kind: str, group: dict[str, Any], where: str) -> EngineOptimizer:
     """The engine's optimizer for a group's (or the defaults') hyperparameters;
     ValueError prefixed by `where` and naming the setting."""
+    cls = CLASSES[kind]
     try:
-        lr = real("lr", group["lr"])
-        wd = real("weight_decay", group["weight_decay"])
-        if kind == "sgd":
-            nesterov = group["nesterov"]
-            if not isinstance(nesterov, bool):
-                raise ValueError(f"nesterov: must be a bool, got {nesterov!r}")
-            return Sgd(lr=lr, momentum=real("momentum", group["momentum"]),
-                       nesterov=nesterov, weight_decay=wd)
-        betas = group["betas"]
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-            raise ValueError(f"betas: must be a pair (beta1, beta2), got {betas!r}")
-        beta1, beta2 = real("betas[0]", betas[0]), real("betas[1]", betas[1])
-        eps = real("eps", group["eps"])
-        cls = AdamW if kind == "adamw" else Adam
+        values = _engine_values(cls, group)
         try:
-            return cls(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=wd)
+            return cls(**values)
         except ValueError as error:  # name torch's 'betas' for the engine's beta1/beta2
             text = str(error)
-            for engine_name, torch_name in (("beta1", "betas[0]"), ("beta2", "betas[1]")):
-                if text.startswith(engine_name + ":"):
-                    text = torch_name + text[len(engine_name):]
+            if _uses_pair(cls):
+                for i, name in enumerate(PAIR):
+                    if text.startswith(name + ":"):
+                        text = f"{PAIR_KEY}[{i}]" + text[len(name):]
             raise ValueError(text) from None
     except ValueError as error:
         raise ValueError(f"{where}{error}") from None
@@ -121,12 +180,13 @@ def make_optimizer(kind: str, group: dict[str, Any], where: str) -> EngineOptimi
 
 def _settings(kind: str, group: dict[str, Any]) -> tuple:
     """The group's hyperparameters as comparable values."""
+    cls = CLASSES[kind]
     out = []
     for key in GROUP_KEYS[kind]:
         value = group[key]
-        if key == "betas":
+        if key == PAIR_KEY and _uses_pair(cls):
             value = tuple(real(key, v) for v in value)
-        elif key != "nesterov":
+        elif not _is_flag(cls, key):
             value = real(key, value)
         out.append((key, value))
     return tuple(out)
@@ -153,7 +213,7 @@ def shared_optimizer(kind: str, groups: Sequence[dict[str, Any]]) -> EngineOptim
 
 def kind_of(optimizer: EngineOptimizer) -> str:
     """The ``optimizer=`` name of an engine optimizer value."""
-    return {Adam: "adam", AdamW: "adamw", Sgd: "sgd"}[type(optimizer)]
+    return type(optimizer).__name__.lower()
 
 
 def make_options(options: Options | None, fields: dict[str, Any]) -> Options:

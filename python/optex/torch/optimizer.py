@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterable
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import numpy as np
 import torch
@@ -34,14 +34,33 @@ class OptEx(torch.optim.Optimizer):
 
     ``OptEx(params, optimizer="adam", lr=1e-3, ..., parallelism=4, ...)``
 
-    **Base optimizer.** ``optimizer`` is "adam", "adamw" or "sgd", with
-    torch.optim's hyperparameter names and defaults: ``lr`` (1e-3), ``betas``
-    ((0.9, 0.999)), ``eps`` (1e-8), ``weight_decay`` (0; 1e-2 for "adamw") for
-    Adam and AdamW; ``lr``, ``momentum`` (0), ``nesterov`` (False),
-    ``weight_decay`` (0) for SGD. Passing a hyperparameter that the chosen
-    optimizer does not use (``momentum`` with Adam, ``betas`` with SGD) raises
-    ValueError. The update rules are the engine's (``optex.Adam`` etc., PyTorch
-    semantics; torch's ``amsgrad``, ``maximize``, ``dampening`` are not offered).
+    **Base optimizer.** ``optimizer`` names one of the engine's optimizer
+    classes, ``optex.optimizer_classes()``, in lower case: today "sgd",
+    "adam", "adamw", "rmsprop" and "lion" (``optex.Sgd``, ``optex.Adam``,
+    ``optex.AdamW``, ``optex.RmsProp``, ``optex.Lion``), and any class the
+    library adds later. Its hyperparameters take torch.optim's names by one
+    rule: each of the class's ``hyperparameters`` keeps its name, except that
+    ``beta1`` and ``beta2`` form torch's ``betas`` pair. So "adam" and "adamw"
+    take ``lr``, ``betas``, ``eps``, ``weight_decay``; "sgd" ``lr``,
+    ``momentum``, ``nesterov``, ``weight_decay``; "rmsprop" ``lr``,
+    ``alpha``, ``eps``, ``weight_decay``, ``momentum``, ``centered``; "lion"
+    ``lr``, ``betas``, ``weight_decay``. They are the keys of the param
+    groups, and keyword arguments here (``betas``, ``eps``,
+    ``weight_decay``, ``momentum`` and ``nesterov`` also positionally, after
+    ``lr``, as before). Each one's default is the class's own default
+    (``optex.Adam()``, ``optex.RmsProp()``, ...; for the optimizers torch.optim
+    has, torch.optim's): ``betas`` (0.9, 0.999), ``eps`` 1e-8,
+    ``weight_decay`` 0 (1e-2 for "adamw"); ``momentum`` 0, ``nesterov``
+    False; ``alpha`` 0.99, ``centered`` False; Lion's ``betas`` (0.9, 0.99).
+    The exception is ``lr``, whose default here is 1e-3 for every optimizer
+    (the classes' own defaults differ: 1e-2 for RmsProp, 1e-4 for Lion).
+    Passing a hyperparameter that the chosen optimizer does not take
+    (``momentum`` with Adam, ``betas`` with SGD, ``alpha`` with Lion, a
+    misspelled name) raises ValueError naming it and listing what the
+    optimizer takes. The update rules are the engine's: torch.optim's
+    single-tensor formulas (torch's ``amsgrad``, ``maximize``,
+    ``dampening`` are not offered), and for Lion the ``lion-pytorch``
+    package's.
 
     **OptEx options.** ``parallelism`` (N), ``history``, ``kernel``,
     ``lengthscale``, ``noise``, ``input_scaling``, ``warmup``,
@@ -89,8 +108,9 @@ class OptEx(torch.optim.Optimizer):
     **LR schedulers.** Hyperparameters changed between steps (by a
     ``torch.optim.lr_scheduler``, or by hand in every group alike) take
     effect at the next ``step``, and the engine keeps its state (moments,
-    step count, history), as ``optex.OptEx.set_optimizer``. SGD momentum
-    cannot switch between zero and non-zero during a run (ValueError).
+    step count, history), as ``optex.OptEx.set_optimizer``. A change the
+    engine's state cannot follow raises ValueError: momentum switching
+    between zero and non-zero (SGD, RMSprop), RMSprop's ``centered``.
 
     **The iterate belongs to the engine.** The engine is created at the first
     ``step`` from the parameters' values then (so weights loaded after the
@@ -141,7 +161,7 @@ class OptEx(torch.optim.Optimizer):
     def __init__(
         self,
         params: ParamsT,
-        optimizer: Literal["adam", "adamw", "sgd"] = "adam",
+        optimizer: str = "adam",
         lr: float = 1e-3,
         betas: tuple[float, float] | None = None,
         eps: float | None = None,
@@ -167,8 +187,15 @@ class OptEx(torch.optim.Optimizer):
         drop_nonfinite: bool = False,
         distributed: bool | None = None,
         process_group: Any = None,
+        **hyperparameters: Any,
     ) -> None:
-        defaults = _hyper.defaults(optimizer, lr, betas, eps, weight_decay, momentum, nesterov)
+        # The named hyperparameters (None: not given), then the other optimizers' ones.
+        given = {name: value for name, value in (("betas", betas), ("eps", eps),
+                                                 ("weight_decay", weight_decay),
+                                                 ("momentum", momentum), ("nesterov", nesterov))
+                 if value is not None}
+        given.update(hyperparameters)
+        defaults = _hyper.defaults(optimizer, lr, given)
         self._kind = optimizer
         # Validates the defaults with their own names (before any group exists).
         _hyper.make_optimizer(self._kind, defaults, where="")
