@@ -35,20 +35,10 @@ void CudaBackend<PointStore, GradStore>::check_gradients(Batch& batch, std::span
     throw std::invalid_argument("finite: " + std::to_string(finite.size()) +
                                 " flags for a batch of " + std::to_string(n));
   }
-  // Rows written through host views: upload them, in runs of adjacent rows.
-  const std::span<const char> staged = BatchAccess::staged_gradients(batch);
-  const float* host = BatchAccess::host_grads(batch);
-  for (std::size_t r = 0; r < staged.size() && r < n;) {
-    if (!staged[r]) {
-      ++r;
-      continue;
-    }
-    std::size_t end = r + 1;
-    while (end < staged.size() && end < n && staged[end]) ++end;
-    OPTEX_CUDA_CHECK(cudaMemcpyAsync(grads_.data() + offset(r), host + offset(r),
-                                     (end - r) * row_bytes(), cudaMemcpyHostToDevice, stream()));
-    r = end;
-  }
+  // Rows written through host views: upload them (one copy per run of adjacent rows) and
+  // unstage them, so that a retry after a refused tell() reads what the caller writes
+  // into the device rows next rather than these host rows again.
+  batch.upload_staged_gradients();
   rows_finite(grads_.data(), n_points_, d_, finite_.data(), stream());
   OPTEX_CUDA_CHECK(cudaMemcpyAsync(finite_host_.data(), finite_.data(), n * sizeof(int),
                                    cudaMemcpyDeviceToHost, stream()));

@@ -371,10 +371,13 @@ void launch_step(const Store* history, const double* weights, int nrows, const f
                  const StepRanges<O>& ranges, std::size_t d, cudaStream_t stream) {
   static_assert(sizeof(RangeTable<O>) <= 2048, "kernel arguments are limited to 4 KiB");
   const std::size_t count = ranges.coefficients.size();
-  if (count == 0 || ranges.begin.size() != count + 1 || ranges.begin.front() != 0 ||
-      ranges.begin.back() != d) {
-    throw std::invalid_argument("coefficients: the ranges must cover [0, d) with d = " +
-                                std::to_string(d));
+  bool covers = count > 0 && ranges.begin.size() == count + 1 && ranges.begin.front() == 0 &&
+                ranges.begin.back() == d;
+  for (std::size_t r = 0; covers && r < count; ++r) covers = ranges.begin[r] < ranges.begin[r + 1];
+  if (!covers) {
+    throw std::invalid_argument(
+        "coefficients: the ranges must cover [0, d) in increasing, non-empty pieces, d = " +
+        std::to_string(d));
   }
   for (int j = 0; j < kMaxStateSlots; ++j) {
     if (ranges.slots.uses(j) && state.slot[j] == nullptr) {

@@ -96,9 +96,11 @@ void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,
 // crosses to the host. history: nrows x d, row stride d, nrows <= 12288 (the
 // float weights sit in shared memory). One launch handles up to 16 ranges
 // (their coefficients travel as kernel arguments); more ranges take one
-// launch per 16. Throws std::invalid_argument for a missing buffer (history
-// with nrows > 0, gradient without weights, a slot the ranges' optimizer
-// uses) or coefficients whose ranges do not cover [0, d).
+// launch per 16. With d == 0 there is nothing to do and nothing is checked.
+// Otherwise throws std::invalid_argument, before anything is enqueued, for a
+// missing buffer (history with nrows > 0, gradient without weights, a slot
+// the ranges' optimizer uses) or coefficients whose ranges do not cover
+// [0, d) in increasing, non-empty pieces.
 template <class Store>
 void optimizer_step(const Store* history, const double* weights, int nrows, const float* gradient,
                     float* predicted, const float* x_in, float* x_out, StateRows state,

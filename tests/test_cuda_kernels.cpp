@@ -830,6 +830,18 @@ TEST_F(CudaKernels, OptimizerStepRefusesBadArguments) {
             StepCoefficients(optex::cuda::StepRanges<optex::Adam>{}), kD, stream_);
       },
       "no range", "coefficients");
+  // Pieces that are empty or go backwards.
+  optex::cuda::StepRanges<optex::Adam> empty_piece =
+      std::get<optex::cuda::StepRanges<optex::Adam> >(coefficients);
+  empty_piece.begin = {0, kD, kD};
+  empty_piece.coefficients.push_back(empty_piece.coefficients.front());
+  refused(
+      [&] {
+        optex::cuda::optimizer_step<float>(nullptr, nullptr, 0, g.data(), nullptr, x.data(),
+                                           x.data(), rows, StepCoefficients(empty_piece), kD,
+                                           stream_);
+      },
+      "an empty range", "increasing, non-empty");
   // A state slot the optimizer uses is missing.
   StateRows missing = rows;
   missing.slot[1] = nullptr;

@@ -861,6 +861,36 @@ TEST_P(EngineNonFinite, AllNonFiniteThrowsAndChangesNothing) {
   }
 }
 
+// A refused tell(), then the gradients corrected where the engine reads them (the device
+// rows, as the caller's kernels would write them): the retry commits those, not the stale
+// rows written through host views for the refused call.
+TEST_P(EngineNonFinite, ARetryReadsRowsCorrectedOnTheDevice) {
+  const Quartic f;
+  const std::vector<float> x0 = UniformStart(kDim, 31);
+  constexpr int kN = 3;
+  const Options o = On(WithN(kN));
+  Engine engine(x0, Adam{.lr = 0.05}, o);
+  Engine twin(x0, Adam{.lr = 0.05}, o);
+  Iterate(engine, f);
+  Iterate(twin, f);
+  Batch& b = engine.ask();
+  for (int i = 0; i < kN; ++i) {
+    b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));  // host views: staged
+    b.grad(i)[0] = std::numeric_limits<float>::infinity();
+  }
+  EXPECT_THROW(engine.tell(b), std::runtime_error);
+  std::vector<float> g(kDim);
+  for (int i = 0; i < kN; ++i) {
+    const std::vector<float> point(b.point(i).begin(), b.point(i).end());
+    b.loss(i) = f.EvaluateWithGradient(point, g);
+    ASSERT_NO_FATAL_FAILURE(WriteDeviceRow(b, i, g));
+  }
+  const IterationInfo& info = engine.tell(b);
+  EXPECT_EQ(info.dropped, 0);
+  Iterate(twin, f);
+  EXPECT_TRUE(SameEngine(engine, twin));
+}
+
 // ---- 6. a refused call changes nothing ---------------------------------------------------
 
 // An engine a few iterations in and its twin, which will never see the bad calls.
