@@ -1,7 +1,7 @@
 """optex.torch.OptEx, the torch.optim.Optimizer, against the ask/tell engine it wraps.
 
-Needs PyTorch; CI does not install it (too large), so these skip there. To run
-them: pip install torch, then pytest tests/python/test_torch.py.
+Needs PyTorch, which the test command installs (the `torch` extra); without it these
+skip with the reason.
 """
 
 from __future__ import annotations
