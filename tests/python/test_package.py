@@ -33,9 +33,11 @@ def test_cuda_queries() -> None:
 
 @pytest.mark.parametrize(
     "obj",
-    [optex, optex.OptEx, optex.Options, optex.Sgd, optex.Adam, optex.AdamW, optex.IterationInfo,
+    [optex, optex.OptEx, optex.Options, *optex.optimizer_classes(), optex.IterationInfo,
+     optex.OptimizerState, optex.init_state, optex.apply_step, optex.optimizer_classes,
      problems, problems.Problem, problems.Rosenbrock, problems.Rotated,
      problems.WithGradientNoise, problems.Domain],
+    ids=lambda obj: getattr(obj, "__name__", repr(obj)),
 )
 def test_help_renders(obj) -> None:
     text = pydoc.render_doc(obj, renderer=pydoc.plaintext)
@@ -43,8 +45,8 @@ def test_help_renders(obj) -> None:
 
 
 def test_every_public_method_has_a_docstring() -> None:
-    for cls in (optex.OptEx, optex.Options, optex.Sgd, optex.Adam, optex.AdamW,
-                optex.IterationInfo, problems.Problem, problems.Rotated,
+    for cls in (optex.OptEx, optex.Options, *optex.optimizer_classes(), optex.IterationInfo,
+                optex.OptimizerState, optex.DeviceArray, problems.Problem, problems.Rotated,
                 problems.WithGradientNoise):
         assert cls.__doc__ and cls.__doc__.strip(), cls
         for name, member in vars(cls).items():
@@ -52,6 +54,25 @@ def test_every_public_method_has_a_docstring() -> None:
                 continue
             doc = getattr(member, "__doc__", None)
             assert doc and doc.strip(), f"{cls.__name__}.{name} has no docstring"
+
+
+def test_every_public_function_has_a_docstring() -> None:
+    for name in optex.__all__:
+        obj = getattr(optex, name)
+        if callable(obj) and not isinstance(obj, type):
+            assert obj.__doc__ and len(obj.__doc__.strip()) > 20, name
+
+
+@pytest.mark.parametrize("cls", optex.optimizer_classes(), ids=lambda c: c.__name__)
+def test_optimizer_help_shows_the_constructor_and_the_rules(cls) -> None:
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    defaults = cls()
+    signature = ", ".join(f"{n}: {'bool' if isinstance(getattr(defaults, n), bool) else 'float'} = "
+                          f"{getattr(defaults, n)!r}" for n in cls.hyperparameters)
+    assert f"__init__(self, {signature}) -> None" in text
+    assert "ValueError" in text and "TypeError" in text
+    for name in cls.hyperparameters:
+        assert vars(cls)[name].__doc__.strip() in text
 
 
 def test_optex_help_explains_the_view() -> None:
