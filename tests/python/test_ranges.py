@@ -121,6 +121,12 @@ BAD_SPECS = [
      r"^optimizer\[1\]: the size 10{30} is larger than any dimension$"),
     (lambda: [(2**63 - 1, optex.Adam())], ValueError,
      "^optimizer ranges: the sizes add up to 9223372036854775807, but the dimension is 5$"),
+    # Sizes whose sum wraps around 2**64 to d: refused, not a range past the end of x.
+    (lambda: [(2**63 - 1, optex.Adam()), (2**63 - 1, optex.Adam()), (7, optex.Adam())], ValueError,
+     "^optimizer ranges: the sizes add up to more than 18446744073709551615, but the dimension "
+     "is 5$"),
+    (lambda: [(2, optex.Adam())] + [(2**63 - 1, optex.Adam())] * 4 + [(3, optex.Adam())], ValueError,
+     "^optimizer ranges: the sizes add up to more than 18446744073709551615"),
     # Sizes that do not add up to d.
     (lambda: [(2, optex.Adam()), (2, optex.Adam())], ValueError,
      "^optimizer ranges: the sizes add up to 4, but the dimension is 5$"),
