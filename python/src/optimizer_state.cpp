@@ -90,7 +90,12 @@ dimension `dim`: zero buffers, step 0.
             ranges_from_python(optimizer, "optimizer").for_dimension(x.size());
         py::array grad = float_array(grad_arg, "grad");
         require_shape(grad, "grad", {x.size()});
-        grad = py::module_::import("numpy").attr("ascontiguousarray")(grad, "float32");
+        const py::module_ numpy = py::module_::import("numpy");
+        // The step writes x while it reads grad: a grad that is x, or overlaps it
+        // (x = buf[1:], grad = buf[:-1]), is read from a copy, or it would be read
+        // partly updated.
+        if (numpy.attr("may_share_memory")(grad, x_arg).cast<bool>()) grad = grad.attr("copy")();
+        grad = numpy.attr("ascontiguousarray")(grad, "float32");
         const auto g = values_of<float>(grad);
         require_finite(g, "grad", 0, "");
         apply_step(ranges, x, state, g);  // checks the state's layout before writing

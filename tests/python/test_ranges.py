@@ -294,6 +294,36 @@ def test_a_numpy_view_is_updated_in_place() -> None:
     assert np.array_equal(base, [0.0] * D + [-0.5] * D)
 
 
+OVERLAP_OPTIMIZERS = [
+    optex.Sgd(lr=0.1, momentum=0.5, nesterov=True, weight_decay=0.5),
+    optex.Adam(lr=0.1, weight_decay=0.5),
+    optex.AdamW(lr=0.1, weight_decay=0.5),
+    optex.RmsProp(lr=0.1, weight_decay=0.3, momentum=0.5, centered=True),
+    optex.Lion(lr=0.1, weight_decay=0.5),
+    [(17, optex.Sgd(lr=0.1)), (20, optex.Sgd(lr=0.3, weight_decay=0.1))],
+]
+
+
+@pytest.mark.parametrize("spec", OVERLAP_OPTIMIZERS, ids=repr)
+@pytest.mark.parametrize("overlap", ["same array", "grad ahead", "grad behind"])
+def test_a_grad_that_overlaps_x_is_read_before_x_is_written(spec, overlap) -> None:
+    # The gradient of 0.5 |x|^2 is x itself: apply_step(opt, x, state, x) must be the
+    # step with the gradient x had before the call, as for any overlap of the two.
+    d = 37
+    buf = np.linspace(-1, 1, d + 1).astype(np.float32)
+    x, grad = {"same array": (buf[:d], buf[:d]), "grad ahead": (buf[:d], buf[1:]),
+               "grad behind": (buf[1:], buf[:d])}[overlap]
+    expected_x, expected_grad = x.copy(), grad.copy()
+    state, expected_state = optex.init_state(spec, d), optex.init_state(spec, d)
+    for _ in range(3):
+        expected_grad = grad.copy()
+        optex.apply_step(spec, expected_x, expected_state, expected_grad)
+        optex.apply_step(spec, x, state, grad)
+        assert x.tobytes() == expected_x.tobytes()
+        assert state == expected_state
+        expected_x = x.copy()  # the next step starts from the shared buffer's values
+
+
 GRAD_REFUSALS = [
     (lambda: np.ones(D - 1), r"^grad: expected shape \(5,\), got \(4,\)$"),
     (lambda: np.ones((1, D)), r"^grad: expected shape \(5,\), got \(1, 5\)$"),
