@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -339,6 +340,10 @@ GRAD_REFUSALS = [
     (lambda: with_value(np.ones(D, np.float32), 0, math.inf), "^grad: element 0 is inf"),
     (lambda: with_value(np.ones(D), 4, -math.inf), "^grad: element 4 is -inf"),
     (lambda: [1.0, 1.0, math.nan, 1.0, 1.0], "^grad: element 2 is nan"),
+    # Finite float64 values that float32 cannot hold: named as tell() names them.
+    (lambda: with_value(np.ones(D), 3, 1e39),
+     r"^grad: element 3 is 1e\+39, outside the float32 range \(must be finite\)$"),
+    (lambda: [1.0, -1e300, 1.0, 1.0, 1.0], r"^grad: element 1 is -1e\+300, outside the float32 range"),
 ]
 
 
@@ -354,9 +359,21 @@ def test_bad_grad_writes_nothing(make_grad, message) -> None:
         state = stepped_state(spec)
         x = np.linspace(-1, 1, D).astype(np.float32)
         before = (x.tobytes(), state_bytes(state))
-        with pytest.raises(ValueError, match=message):
-            optex.apply_step(spec, x, state, make_grad())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy's cast warnings are not the refusal
+            with pytest.raises(ValueError, match=message):
+                optex.apply_step(spec, x, state, make_grad())
         assert (x.tobytes(), state_bytes(state)) == before
+
+
+def test_float64_grads_are_rounded_to_float32() -> None:
+    grad = np.array([0.1, -1e-40, 3.4028235e38, 1.0 / 3.0, -2.5e-45])  # subnormals, near the max
+    for spec in (optex.Sgd(lr=0.5), optex.Adam(lr=0.1), optex.Lion(lr=0.25)):
+        x, expected_x = np.ones(D, np.float32), np.ones(D, np.float32)
+        state, expected_state = optex.init_state(spec, D), optex.init_state(spec, D)
+        optex.apply_step(spec, x, state, grad)
+        optex.apply_step(spec, expected_x, expected_state, grad.astype(np.float32))
+        assert x.tobytes() == expected_x.tobytes() and state == expected_state
 
 
 @pytest.mark.parametrize(
