@@ -140,3 +140,13 @@ def test_every_pickle_protocol_works_or_is_refused_without_a_crash() -> None:
             assert results[f"{name} {protocol}"] == "ok", (name, protocol)
     for name in ("OptEx", "OptimizerState", "DeviceArray", "IterationInfo", "Domain"):
         assert results[f"{name} 0"] == "refused", name
+
+
+def test_no_signature_names_a_cpp_type() -> None:
+    """help() shows each signature line: Python types only, no detail::accessor<...>."""
+    functions = [getattr(optex, n) for n in optex._optex.__all__]
+    for cls in [f for f in functions if isinstance(f, type)]:
+        functions += [m for m in vars(cls).values() if callable(m)]
+    for fn in functions:
+        first = (fn.__doc__ or "").splitlines()[0] if fn.__doc__ else ""
+        assert "::" not in first and "<" not in first.replace("->", ""), f"{fn!r}: {first}"
