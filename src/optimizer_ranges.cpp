@@ -1,6 +1,8 @@
 // Per-range hyperparameters: their shape rules and how they may change.
 #include "optex/optimizer_ranges.hpp"
 
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +14,17 @@ std::string range_prefix(std::size_t r, std::size_t count) {
 }
 
 }  // namespace
+
+std::optional<std::size_t> total_size(std::span<const OptimizerRange> ranges) {
+  std::size_t total = 0;
+  for (const OptimizerRange& r : ranges) {
+    // Sizes near SIZE_MAX would wrap around to a small sum that matches the dimension,
+    // and every range past the first would then step memory that x does not have.
+    if (r.size > std::numeric_limits<std::size_t>::max() - total) return std::nullopt;
+    total += r.size;
+  }
+  return total;
+}
 
 OptimizerRanges::OptimizerRanges(Optimizer optimizer)
     : ranges_{OptimizerRange{0, std::move(optimizer)}}, covers_any_dimension_(true) {}
@@ -50,11 +63,13 @@ OptimizerRanges OptimizerRanges::for_dimension(std::size_t dim) const {
     }
   }
   if (covers_any_dimension_) return OptimizerRanges({OptimizerRange{dim, ranges_[0].optimizer}});
-  std::size_t total = 0;
-  for (const OptimizerRange& r : ranges_) total += r.size;
+  const std::optional<std::size_t> total = total_size(ranges_);
   if (total != dim) {
-    throw std::invalid_argument("optimizer ranges: the sizes add up to " + std::to_string(total) +
-                                ", but the dimension is " + std::to_string(dim));
+    throw std::invalid_argument(
+        "optimizer ranges: the sizes add up to " +
+        (total ? std::to_string(*total)
+               : "more than " + std::to_string(std::numeric_limits<std::size_t>::max())) +
+        ", but the dimension is " + std::to_string(dim));
   }
   return *this;
 }

@@ -6,6 +6,7 @@
 // Out of line so that this file alone is compiled with -fno-math-errno: with
 // errno semantics GCC cannot vectorise the loops around sqrt. sqrt is
 // correctly rounded either way, so results are unchanged bit for bit.
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -87,8 +88,12 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
                 std::span<const float> g) {
   std::size_t dim = x.size();
   if (!ranges.covers_any_dimension()) {
-    dim = 0;
-    for (const OptimizerRange& r : ranges.ranges()) dim += r.size;
+    const std::optional<std::size_t> total = total_size(ranges.ranges());
+    if (!total) {
+      throw std::invalid_argument(
+          "apply_step: the ranges' sizes add up to more than any dimension");
+    }
+    dim = *total;
   }
   check_sizes(dim, x, s, g, ranges.state_slots());
   std::visit(

@@ -18,6 +18,7 @@
 #include "optex/engine.hpp"
 #include "optex/minimize.hpp"
 #include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
 
 namespace {
@@ -241,6 +242,27 @@ TEST(BadInput, OtherHyperparameters) {
                            {"momentum"});
   ExpectConstructorRejects([] { return Engine(kX0, Sgd{.weight_decay = -1.0}, Options{}); },
                            {"weight_decay", "-1"});
+}
+
+TEST(BadInput, OptimizerRangeSizesThatWrapAround) {
+  // SIZE_MAX + SIZE_MAX + 6 is 4 modulo 2^64, the dimension of kX0: a sum that
+  // wrapped around would let the second range step memory past x.
+  constexpr std::size_t kHuge = std::numeric_limits<std::size_t>::max();
+  const optex::OptimizerRanges wrapping{{kHuge, Sgd{}}, {kHuge, Sgd{}}, {6, Sgd{}}};
+  ExpectConstructorRejects([&] { return Engine(kX0, wrapping, Options{}); },
+                           {"optimizer ranges", "more than", "dimension is 4"});
+  Engine e = Warmed();
+  const Snapshot before(e);
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { e.set_optimizer(wrapping); },
+                                                {"optimizer ranges", "more than"}));
+  EXPECT_TRUE(Unchanged(before, e));
+  std::vector<float> x(kX0);
+  OptimizerState s = optex::init_state(Sgd{}, x.size());
+  const std::vector<float> g(x.size(), 1.0f);
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { optex::apply_step(wrapping, x, s, g); },
+                                                {"apply_step", "more than any dimension"}));
+  EXPECT_EQ(x, kX0);
+  EXPECT_EQ(s.step, 0);
 }
 
 // ---- gradients of the wrong size -------------------------------------------------

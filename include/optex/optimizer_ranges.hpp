@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -63,6 +64,9 @@ class OptimizerRanges {
   std::vector<OptimizerRange> ranges_;
   bool covers_any_dimension_ = false;
 };
+
+// The sum of the ranges' sizes; nullopt when it does not fit in a size_t.
+std::optional<std::size_t> total_size(std::span<const OptimizerRange> ranges);
 
 // The ranges that `ranges` can be replaced with in a running engine: the
 // same sizes, kinds and state layouts. Returns why not ("" if it can).

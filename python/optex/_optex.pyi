@@ -2,12 +2,32 @@
 # here is re-exported by optex/__init__.py.
 import os
 from collections.abc import Callable, Sequence
-from typing import Literal, final
+from typing import ClassVar, Literal, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from optex import problems as problems
+
+# What `from optex._optex import *` gives (module.cpp): every public name but problems.
+__all__ = [
+    "Adam",
+    "AdamW",
+    "DeviceArray",
+    "IterationInfo",
+    "Lion",
+    "OptEx",
+    "OptimizerState",
+    "Options",
+    "RmsProp",
+    "Sgd",
+    "apply_step",
+    "built_with_cuda",
+    "cuda_device_count",
+    "init_state",
+    "optimizer_classes",
+    "point_range",
+]
 
 __version__: str
 
@@ -24,8 +44,13 @@ _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 def built_with_cuda() -> bool: ...
 def cuda_device_count() -> int: ...
 def point_range(points: int, groups: int, group: int) -> range: ...
+# The base optimizer classes (optimizers.cpp registers one per entry of each
+# optimizer's python_classes()). Value types: attributes are validated on
+# assignment, == compares class and values, pickle and copy work, no hash.
 @final
 class Sgd:
+    hyperparameters: ClassVar[tuple[str, ...]]
+    kind: ClassVar[Literal["sgd"]]
     lr: float
     momentum: float
     nesterov: bool
@@ -34,9 +59,12 @@ class Sgd:
         self, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0
     ) -> None: ...
     def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class Adam:
+    hyperparameters: ClassVar[tuple[str, ...]]
+    kind: ClassVar[Literal["adam"]]
     lr: float
     beta1: float
     beta2: float
@@ -51,9 +79,12 @@ class Adam:
         weight_decay: float = 0.0,
     ) -> None: ...
     def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class AdamW:
+    hyperparameters: ClassVar[tuple[str, ...]]
+    kind: ClassVar[Literal["adam"]]
     lr: float
     beta1: float
     beta2: float
@@ -68,8 +99,66 @@ class AdamW:
         weight_decay: float = 0.01,
     ) -> None: ...
     def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
-_Optimizer = Sgd | Adam | AdamW
+@final
+class RmsProp:
+    hyperparameters: ClassVar[tuple[str, ...]]
+    kind: ClassVar[Literal["rmsprop"]]
+    lr: float
+    alpha: float
+    eps: float
+    weight_decay: float
+    momentum: float
+    centered: bool
+    def __init__(
+        self,
+        lr: float = 0.01,
+        alpha: float = 0.99,
+        eps: float = 1e-08,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+@final
+class Lion:
+    hyperparameters: ClassVar[tuple[str, ...]]
+    kind: ClassVar[Literal["lion"]]
+    lr: float
+    beta1: float
+    beta2: float
+    weight_decay: float
+    def __init__(
+        self, lr: float = 0.0001, beta1: float = 0.9, beta2: float = 0.99, weight_decay: float = 0.0
+    ) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+_Optimizer = Sgd | Adam | AdamW | RmsProp | Lion
+# Hyperparameters per contiguous range of x: a list or tuple of (size, optimizer)
+# pairs, in order, sizes adding up to d, every optimizer of one kind.
+_OptimizerRanges = Sequence[tuple[int, _Optimizer]]
+
+def optimizer_classes() -> tuple[type[_Optimizer], ...]: ...
+@final
+class OptimizerState:
+    @property
+    def step(self) -> int: ...
+    # float32 copies; None for a slot the optimizer does not keep.
+    @property
+    def slots(self) -> tuple[NDArray[np.float32] | None, ...]: ...
+    def __copy__(self) -> OptimizerState: ...
+    def __deepcopy__(self, memo: object) -> OptimizerState: ...
+    def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
+def init_state(optimizer: _Optimizer | _OptimizerRanges, dim: int) -> OptimizerState: ...
+def apply_step(
+    optimizer: _Optimizer | _OptimizerRanges, x: NDArray[np.float32], state: OptimizerState, grad: ArrayLike
+) -> None: ...
 
 @final
 class Options:
@@ -109,6 +198,7 @@ class Options:
     @staticmethod
     def reference(parallelism: int = 5) -> Options: ...
     def __eq__(self, other: object) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class IterationInfo:
@@ -154,7 +244,7 @@ class OptEx:
     def __init__(
         self,
         x0: ArrayLike,
-        optimizer: _Optimizer | None = None,
+        optimizer: _Optimizer | _OptimizerRanges | None = None,
         options: Options | None = None,
         *,
         parallelism: int = ...,
@@ -178,7 +268,7 @@ class OptEx:
     def device_grads(self) -> DeviceArray: ...
     def device_x(self) -> DeviceArray: ...
     def tell_device(self, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo: ...
-    def set_optimizer(self, optimizer: _Optimizer) -> None: ...
+    def set_optimizer(self, optimizer: _Optimizer | _OptimizerRanges) -> None: ...
     def set_gradient_oracle(
         self, fn: Callable[[NDArray[np.float32]], tuple[float, ArrayLike]] | None
     ) -> None: ...
@@ -201,8 +291,9 @@ class OptEx:
     def pending(self) -> bool: ...
     @property
     def options(self) -> Options: ...
+    # The optimizer of an engine with one range, else its (size, optimizer) pairs.
     @property
-    def optimizer(self) -> _Optimizer: ...
+    def optimizer(self) -> _Optimizer | list[tuple[int, _Optimizer]]: ...
     @property
     def seeds(self) -> NDArray[np.uint64]: ...
     def predicted_gradient(self, i: int) -> NDArray[np.float32]: ...

@@ -12,9 +12,22 @@ namespace py = pybind11;
 // rather than the private extension's name: it is what repr(), help(), the
 // generated signatures and pickle show and use. Call it right after creating a
 // class, before any signature that mentions the class is generated.
+//
+// It also makes pickle protocols 0 and 1 work as protocol 2 does. pybind11
+// supports protocols 2 and up only: with 0 or 1, copyreg asks pybind11's base
+// type for a bare instance, which throws through C and aborts the interpreter,
+// for a class with py::pickle and without. Protocol 2's reduction
+// (copyreg.__newobj__ and the state, or TypeError for a class without
+// py::pickle) is one that protocols 0 and 1 can write, as an ordinary call.
 template <class Class>
 Class& exported_from(Class& cls, const char* module) {
   cls.attr("__module__") = module;
+  cls.def(
+      "__reduce_ex__",
+      [](py::handle self, int /*protocol*/) {
+        return py::module_::import("builtins").attr("object").attr("__reduce_ex__")(self, 2);
+      },
+      py::arg("protocol"), "Pickle support: every protocol reduces as protocol 2 does.");
   return cls;
 }
 

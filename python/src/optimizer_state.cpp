@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
@@ -90,9 +92,23 @@ dimension `dim`: zero buffers, step 0.
             ranges_from_python(optimizer, "optimizer").for_dimension(x.size());
         py::array grad = float_array(grad_arg, "grad");
         require_shape(grad, "grad", {x.size()});
-        grad = py::module_::import("numpy").attr("ascontiguousarray")(grad, "float32");
-        const auto g = values_of<float>(grad);
-        require_finite(g, "grad", 0, "");
+        const py::module_ numpy = py::module_::import("numpy");
+        // The step writes x while it reads grad: a grad that is x, or overlaps it
+        // (x = buf[1:], grad = buf[:-1]), is read from a copy, or it would be read
+        // partly updated.
+        if (numpy.attr("may_share_memory")(grad, x_arg).cast<bool>()) grad = grad.attr("copy")();
+        grad = numpy.attr("ascontiguousarray")(grad);
+        std::vector<float> rounded;
+        std::span<const float> g;
+        if (is_float32(grad)) {
+          g = values_of<float>(grad);
+          require_finite(g, "grad", 0, "");
+        } else {
+          // As tell() rounds: a value outside the float32 range is named, not made inf.
+          rounded.resize(x.size());
+          round_to_float32(values_of<double>(grad), rounded, "grad", 0, true, "");
+          g = rounded;
+        }
         apply_step(ranges, x, state, g);  // checks the state's layout before writing
       },
       py::arg("optimizer"), py::arg("x"), py::arg("state"), py::arg("grad"),

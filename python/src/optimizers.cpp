@@ -252,7 +252,9 @@ void register_optimizers(py::module_& m) {
       [&](auto kind) { register_kind<typename decltype(kind)::type>(m, classes); });
   m.attr("_optimizer_classes") = py::tuple(classes);
   m.def(
-      "optimizer_classes", [m]() { return m.attr("_optimizer_classes"); },
+      "optimizer_classes",
+      // A py::tuple, not the attribute accessor: help() shows "-> tuple".
+      [m]() -> py::tuple { return m.attr("_optimizer_classes"); },
       "The base optimizer classes (optex.Sgd, optex.Adam, ...), in a fixed order. Each has\n"
       "`hyperparameters` (the names of its attributes, in constructor order) and `kind`\n"
       "(the engine's optimizer kind: 'adam' for Adam and AdamW).");

@@ -133,8 +133,9 @@ def test_gradient_noise() -> None:
         (problems.WithGradientNoise(problems.Rotated(problems.Levy(), 3, 1), 0.1, 6), 3),
     ],
 )
-def test_pickle(p, d) -> None:
-    clone = pickle.loads(pickle.dumps(p))
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_pickle(p, d, protocol) -> None:
+    clone = pickle.loads(pickle.dumps(p, protocol))
     assert type(clone) is type(p) and repr(clone) == repr(p)
     x = np.linspace(0.1, 0.9, d)
     assert clone(x) == p(x)

@@ -1,10 +1,15 @@
-"""optex.Sgd, Adam, AdamW and Options as value types."""
+"""The base optimizer classes, optex.Options and optex.OptimizerState as value types."""
 
 from __future__ import annotations
 
 import copy
+import math
 import pickle
+import re
+from decimal import Decimal
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
 import optex
@@ -88,52 +93,367 @@ def test_positional_options_are_refused() -> None:
         optex.Options(4)  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(
-    ("value", "fields"),
-    [
-        (optex.Sgd(), dict(lr=1e-2, momentum=0.0, nesterov=False, weight_decay=0.0)),
-        (optex.Adam(), dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)),
-        (optex.AdamW(), dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2)),
-    ],
-)
-def test_optimizer_defaults_mirror_cpp(value, fields) -> None:
+# ---- the base optimizer classes ------------------------------------------------------
+#
+# optimizers.cpp registers one class per entry of each C++ optimizer's
+# python_classes(), so a new optimizer reaches the module without a Python
+# edit. The tables below are written out by hand from include/optex/optimizers/:
+# a class missing from them, or a default that changed on the C++ side, fails
+# test_the_tables_cover_every_class or test_optimizer_defaults_mirror_cpp.
+
+CLASSES = optex.optimizer_classes()
+
+# The C++ defaults, in constructor (hyperparameters) order.
+OPTIMIZER_DEFAULTS = {
+    "Sgd": dict(lr=1e-2, momentum=0.0, nesterov=False, weight_decay=0.0),
+    "Adam": dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0),
+    "AdamW": dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2),
+    "RmsProp": dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False),
+    "Lion": dict(lr=1e-4, beta1=0.9, beta2=0.99, weight_decay=0.0),
+}
+KINDS = {"Sgd": "sgd", "Adam": "adam", "AdamW": "adam", "RmsProp": "rmsprop", "Lion": "lion"}
+# Valid values that differ from the defaults in every field.
+OTHER_VALUES = {
+    "Sgd": dict(lr=0.3, momentum=0.5, nesterov=True, weight_decay=0.1),
+    "Adam": dict(lr=0.2, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.01),
+    "AdamW": dict(lr=0.2, beta1=0.5, beta2=0.9, eps=1e-7, weight_decay=0.3),
+    "RmsProp": dict(lr=0.05, alpha=0.9, eps=1e-6, weight_decay=0.2, momentum=0.7, centered=True),
+    "Lion": dict(lr=0.03, beta1=0.95, beta2=0.98, weight_decay=0.5),
+}
+# The fields that must lie in [0, 1); every other float field is positive or non-negative.
+UNIT_INTERVAL = {"momentum", "beta1", "beta2", "alpha"}
+
+
+def by_name(fn):
+    return pytest.mark.parametrize("cls", CLASSES, ids=[c.__name__ for c in CLASSES])(fn)
+
+
+def is_flag(cls: type, name: str) -> bool:
+    return isinstance(OPTIMIZER_DEFAULTS[cls.__name__][name], bool)
+
+
+def expected_repr(name: str, fields: dict) -> str:
+    return name + "(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+
+def test_the_tables_cover_every_class() -> None:
+    assert isinstance(CLASSES, tuple)
+    assert [cls.__name__ for cls in CLASSES] == list(OPTIMIZER_DEFAULTS)  # a fixed order
+    assert optex.optimizer_classes() == CLASSES
+    for cls in CLASSES:
+        assert getattr(optex, cls.__name__) is cls
+        assert cls.__name__ in optex.__all__
+        assert list(OTHER_VALUES[cls.__name__]) == list(OPTIMIZER_DEFAULTS[cls.__name__])
+
+
+@by_name
+def test_hyperparameters_and_kind(cls) -> None:
+    assert cls.hyperparameters == tuple(OPTIMIZER_DEFAULTS[cls.__name__])
+    assert all(type(name) is str for name in cls.hyperparameters)
+    assert cls.kind == KINDS[cls.__name__]
+    for name in cls.hyperparameters:  # documented attributes
+        assert isinstance(vars(cls)[name], property), name
+        assert vars(cls)[name].__doc__.strip(), name
+
+
+@by_name
+def test_optimizer_defaults_mirror_cpp(cls) -> None:
+    value = cls()
+    fields = OPTIMIZER_DEFAULTS[cls.__name__]
     for name, expected in fields.items():
-        assert getattr(value, name) == expected, name
-    assert repr(value) == type(value).__name__ + "(" + ", ".join(
-        f"{k}={v!r}" for k, v in fields.items()) + ")"
+        actual = getattr(value, name)
+        assert type(actual) is type(expected) and actual == expected, name
+    assert repr(value) == expected_repr(cls.__name__, fields)
+    other = cls(**OTHER_VALUES[cls.__name__])
+    assert repr(other) == expected_repr(cls.__name__, OTHER_VALUES[cls.__name__])
 
 
-def test_optimizers_are_values() -> None:
-    sgd = optex.Sgd(0.1, momentum=0.9, nesterov=True)
-    assert sgd == optex.Sgd(lr=0.1, momentum=0.9, nesterov=True)
-    sgd.lr = 0.2
-    assert sgd.lr == 0.2
-    assert sgd != optex.Sgd(lr=0.1, momentum=0.9, nesterov=True)
-    assert optex.Adam(lr=0.1) != optex.AdamW(lr=0.1, weight_decay=0.0)  # different kinds
-    assert optex.Adam() != optex.Sgd()
-    with pytest.raises(TypeError):
-        hash(optex.Adam())  # mutable: not hashable
+@by_name
+def test_repr_evaluates_back(cls) -> None:
+    for value in (cls(), cls(**OTHER_VALUES[cls.__name__]),
+                  cls(lr=0.1 + 0.2)):  # a float whose shortest repr has 17 digits
+        assert eval(repr(value), {cls.__name__: cls}) == value  # noqa: S307
+
+
+@by_name
+def test_positional_keyword_and_attribute_forms_agree(cls) -> None:
+    values = OTHER_VALUES[cls.__name__]
+    names = list(values)
+    by_keyword = cls(**values)
+    assert cls(*values.values()) == by_keyword
+    half = len(names) // 2
+    assert cls(*[values[n] for n in names[:half]], **{n: values[n] for n in names[half:]}) == by_keyword
+    by_attribute = cls()
+    # Set in an order the cross-field rules accept (nesterov needs momentum first).
+    for name in names:
+        setattr(by_attribute, name, values[name])
+    assert by_attribute == by_keyword
+    for name in names:
+        assert getattr(by_keyword, name) == values[name]
+
+
+@by_name
+def test_constructor_type_errors(cls) -> None:
+    name = cls.__name__
+    count = len(cls.hyperparameters)
+    first = cls.hyperparameters[0]
+    with pytest.raises(TypeError, match=rf"{name}\(\) takes at most {count} positional arguments, "
+                                        rf"got {count + 1}"):
+        cls(*OTHER_VALUES[name].values(), 0.5)
+    with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'nope'"):
+        cls(nope=1.0)
+    with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'learning_rate'"):
+        cls(learning_rate=0.1)
+    with pytest.raises(TypeError, match=rf"{name}\(\) got multiple values for argument '{first}'"):
+        cls(0.1, **{first: 0.1})
+    for field in cls.hyperparameters:
+        wrong = [None, "0.5", [0.5], complex(0.5, 0.0)]
+        if is_flag(cls, field):
+            wrong += [1, 0, 1.0, "True"]
+            expected = "a bool"
+        else:
+            wrong += [True, False, Decimal("0.5")]
+            expected = "a real number"
+        for bad in wrong:
+            with pytest.raises(TypeError, match=rf"^{field}: expected {expected}, got "
+                                                rf"{type(bad).__name__}$"):
+                cls(**{field: bad})
+
+
+@by_name
+def test_real_numbers_of_any_type_are_floats(cls) -> None:
+    for field in cls.hyperparameters:
+        if is_flag(cls, field):
+            continue
+        good = OTHER_VALUES[cls.__name__][field]
+        for number in (np.float64(good), np.float32(good), Fraction(good)):
+            value = cls(**{field: number})
+            assert type(getattr(value, field)) is float
+            assert getattr(value, field) == float(number)
+    value = cls(lr=1)  # an int
+    assert value.lr == 1.0 and type(value.lr) is float
+    assert cls(lr=np.int64(1)).lr == 1.0
+
+
+def bad_values(cls, field: str) -> list:
+    """(value, ValueError message) pairs that field refuses on its own."""
+    if is_flag(cls, field):
+        return []
+    out = [(math.nan, "nan"), (math.inf, "inf"), (-math.inf, "-inf"), (-1.0, "-1"),
+           (-1e-300, "-1e-300")]
+    if field in UNIT_INTERVAL:
+        out += [(1.0, "1"), (2.5, "2.5")]
+    if field in ("lr", "eps"):
+        out += [(0.0, "0")]
+    return out
+
+
+@by_name
+def test_out_of_range_values_name_the_parameter_and_value(cls) -> None:
+    for field in cls.hyperparameters:
+        for value, text in bad_values(cls, field):
+            with pytest.raises(ValueError, match=rf"^{field}: must be .*, got {re.escape(text)}$"):
+                cls(**{field: value})
+    # The largest and the smallest positive doubles are in range wherever there is no
+    # upper bound (decoupled weight decay bounds lr * weight_decay: the other one is
+    # made small or zero).
+    decoupled = cls.__name__ in ("AdamW", "Lion")
+    for field in cls.hyperparameters:
+        if is_flag(cls, field) or field in UNIT_INTERVAL:
+            continue
+        for extreme in (1.7976931348623157e308, 5e-324):
+            kwargs = {field: extreme}
+            if decoupled and field == "lr":
+                kwargs["weight_decay"] = 0.0
+            if decoupled and field == "weight_decay":
+                kwargs["lr"] = 5e-324
+            assert getattr(cls(**kwargs), field) == extreme, (field, extreme)
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("make", "message"),
     [
-        optex.Sgd(lr=0.3, momentum=0.5, nesterov=True, weight_decay=0.1),
-        optex.Adam(lr=0.2, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.01),
-        optex.AdamW(lr=0.2, weight_decay=0.3),
-        optex.Options(parallelism=7, kernel="matern32", lengthscale_grid=(1.0, 3.0), seed=9,
-                      device="cuda:2", history_precision="bf16_gradients"),
+        (lambda: optex.Lion(lr=0.5, weight_decay=2.0),
+         r"^weight_decay: must be < 1 / lr \(decoupled weight decay\), got 2$"),
+        (lambda: optex.Lion(lr=1.0, weight_decay=1.0), "weight_decay: must be < 1 / lr"),
+        (lambda: optex.AdamW(lr=1.0, weight_decay=1.0),
+         "^weight_decay: must be < 1 / lr with decoupled weight decay, got 1$"),
+        (lambda: optex.Sgd(nesterov=True), "^momentum: must be > 0 when nesterov is set, got 0$"),
+        (lambda: optex.RmsProp(alpha=1.0), r"^alpha: must be in \[0, 1\), got 1$"),
+        (lambda: optex.RmsProp(momentum=1.0), r"^momentum: must be in \[0, 1\), got 1$"),
+        (lambda: optex.RmsProp(eps=0.0), "^eps: must be finite and > 0, got 0$"),
+        (lambda: optex.RmsProp(weight_decay=-0.5), "^weight_decay: must be finite and >= 0, got -0.5$"),
     ],
 )
-def test_pickle_and_copy(value) -> None:
-    for clone in (pickle.loads(pickle.dumps(value)), copy.copy(value), copy.deepcopy(value)):
+def test_cross_field_and_specific_rules(make, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_rules_that_only_decoupled_decay_has() -> None:
+    # Coupled weight decay has no bound tied to lr: Adam, Sgd and RmsProp take lr * wd >= 1.
+    assert optex.Adam(lr=1.0, weight_decay=5.0).weight_decay == 5.0
+    assert optex.Sgd(lr=1.0, weight_decay=5.0).weight_decay == 5.0
+    assert optex.RmsProp(lr=1.0, weight_decay=5.0).weight_decay == 5.0
+    assert optex.Lion(lr=0.5, weight_decay=1.5).weight_decay == 1.5
+    assert optex.RmsProp(momentum=0.0, centered=True).centered is True
+
+
+@by_name
+def test_setters_validate_and_keep_the_old_value(cls) -> None:
+    value = cls(**OTHER_VALUES[cls.__name__])
+    kept = copy.copy(value)
+    text = repr(value)
+    for field in cls.hyperparameters:
+        refusals = [(bad, ValueError) for bad, _ in bad_values(cls, field)]
+        refusals += [(None, TypeError), ("0.5", TypeError)]
+        refusals += [(1, TypeError)] if is_flag(cls, field) else [(True, TypeError)]
+        for bad, error in refusals:
+            with pytest.raises(error, match=f"^{field}: "):
+                setattr(value, field, bad)
+            assert value == kept and repr(value) == text, (field, bad)
+    with pytest.raises(AttributeError):
+        value.learning_rate = 0.1  # no new attributes
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "bad", "message"),
+    [
+        (optex.Lion(lr=0.5, weight_decay=1.0), "lr", 1.0, "weight_decay: must be < 1 / lr"),
+        (optex.Lion(lr=0.5, weight_decay=1.0), "weight_decay", 2.0, "weight_decay: must be < 1 / lr"),
+        (optex.AdamW(lr=0.5, weight_decay=1.0), "lr", 2.0, "weight_decay: must be < 1 / lr"),
+        (optex.Sgd(momentum=0.5, nesterov=True), "momentum", 0.0, "momentum: must be > 0 when nesterov"),
+    ],
+)
+def test_a_setter_refused_by_another_field_keeps_the_old_value(value, field, bad, message) -> None:
+    kept = copy.copy(value)
+    with pytest.raises(ValueError, match=message):
+        setattr(value, field, bad)
+    assert value == kept and repr(value) == repr(kept)
+
+
+@by_name
+def test_optimizer_pickle_and_copy(cls) -> None:
+    for value in (cls(), cls(**OTHER_VALUES[cls.__name__])):
+        clones = [pickle.loads(pickle.dumps(value, protocol))
+                  for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]  # 0 and 1 too
+        clones += [copy.copy(value), copy.deepcopy(value), copy.deepcopy([value])[0]]
+        for clone in clones:
+            assert type(clone) is cls
+            assert clone == value and repr(clone) == repr(value)
+            assert clone is not value
+        clone = copy.copy(value)
+        clone.lr = value.lr / 2  # independent copies
+        assert clone != value
+
+
+@by_name
+def test_hostile_pickle_states_are_refused(cls) -> None:
+    def restore(state):
+        value = cls.__new__(cls)
+        value.__setstate__(state)
+        return value
+
+    good = tuple(OTHER_VALUES[cls.__name__].values())
+    assert restore(good) == cls(*good)
+    count = len(good)
+    with pytest.raises(ValueError, match=rf"pickle: the state of a {cls.__name__} has {count - 1} "
+                                         rf"values, expected {count}"):
+        restore(good[:-1])
+    with pytest.raises(ValueError, match=f"has {count + 1} values"):
+        restore((*good, 0.5))
+    with pytest.raises(ValueError, match="lr: must be finite and > 0, got nan"):
+        restore((math.nan, *good[1:]))
+    with pytest.raises(TypeError, match="lr: expected a real number, got str"):
+        restore(("0.1", *good[1:]))
+    with pytest.raises(TypeError):
+        restore([*good])  # the state is a tuple
+
+
+@by_name
+def test_optimizer_equality(cls) -> None:
+    values = OTHER_VALUES[cls.__name__]
+    value = cls(**values)
+    assert value == cls(**values)
+    assert not (value != cls(**values))
+    for field in cls.hyperparameters:  # one field changed is another value
+        if field == "momentum" and values.get("nesterov"):
+            continue  # nesterov needs momentum: that change is refused
+        other = cls(**values)
+        setattr(other, field, OPTIMIZER_DEFAULTS[cls.__name__][field])
+        assert other != value, field
+    for other_cls in CLASSES:
+        if other_cls is not cls:
+            assert value != other_cls() and cls() != other_cls()
+    assert value != None  # noqa: E711
+    assert value != "Sgd()" and value != values and value != tuple(values.values())
+    assert cls.__hash__ is None
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(value)
+
+
+def test_adam_and_adamw_are_one_kind_but_different_classes() -> None:
+    # The same fields, only the hidden decoupled flag differs: never equal.
+    assert optex.Adam(weight_decay=1e-2) != optex.AdamW()
+    assert optex.AdamW(weight_decay=0.0) != optex.Adam()
+    assert optex.Adam.kind == optex.AdamW.kind == "adam"
+    assert optex.Adam.hyperparameters == optex.AdamW.hyperparameters
+
+
+# ---- optex.OptimizerState ------------------------------------------------------------
+
+
+def test_optimizer_state_is_a_copyable_value() -> None:
+    opt = optex.Adam(lr=0.1)
+    state = optex.init_state(opt, 3)
+    assert state.step == 0
+    x = np.ones(3, np.float32)
+    optex.apply_step(opt, x, state, np.array([1.0, -2.0, 3.0]))
+    for clone in (copy.copy(state), copy.deepcopy(state), copy.deepcopy([state])[0]):
+        assert type(clone) is optex.OptimizerState
+        assert clone == state and clone is not state
+        assert clone.step == 1
+        optex.apply_step(opt, x.copy(), clone, np.ones(3))  # independent of the original
+        assert clone.step == 2 and state.step == 1
+        assert clone != state
+    assert state == state
+    assert state != optex.init_state(opt, 3)
+    assert state != "state" and state != None  # noqa: E711
+    assert optex.OptimizerState.__hash__ is None
+    assert repr(state) == "OptimizerState(step=1, slots 2)"
+
+
+def test_optimizer_state_is_read_only() -> None:
+    state = optex.init_state(optex.Sgd(momentum=0.9), 2)
+    with pytest.raises(AttributeError):
+        state.step = 3
+    with pytest.raises(AttributeError):
+        state.slots = (None, None, None)
+    slots = state.slots
+    assert isinstance(slots, tuple)
+    slots[0][:] = 7.0  # a copy: the state keeps its zeros
+    assert np.array_equal(state.slots[0], np.zeros(2, np.float32))
+    assert state.slots[0] is not state.slots[0]
+    with pytest.raises(TypeError, match="No constructor defined"):
+        optex.OptimizerState()
+
+
+# ---- every class ---------------------------------------------------------------------
+
+
+def test_options_pickle_and_copy() -> None:
+    value = optex.Options(parallelism=7, kernel="matern32", lengthscale_grid=(1.0, 3.0), seed=9,
+                          device="cuda:2", history_precision="bf16_gradients")
+    clones = [pickle.loads(pickle.dumps(value, protocol))
+              for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for clone in (*clones, copy.copy(value), copy.deepcopy(value)):
         assert type(clone) is type(value)
         assert clone == value
         assert clone is not value
 
 
 def test_classes_live_in_optex() -> None:
-    for cls in (optex.Sgd, optex.Adam, optex.AdamW, optex.Options, optex.OptEx,
-                optex.IterationInfo):
-        assert cls.__module__ == "optex"
-    assert repr(optex.Sgd) == "<class 'optex.Sgd'>"
+    for cls in (*CLASSES, optex.Options, optex.OptEx, optex.IterationInfo, optex.OptimizerState,
+                optex.DeviceArray):
+        assert cls.__module__ == "optex", cls
+        assert repr(cls) == f"<class 'optex.{cls.__name__}'>"
