@@ -943,6 +943,9 @@ def _distributed_worker(rank: int, world: int, init_file: str, out_dir: str) -> 
         torch.save({"x": flat(model.parameters()), "losses": losses, "evaluated": evaluated,
                     "failure": failure, "state": opt.state_dict()},
                    os.path.join(out_dir, f"rank{rank}.pt"))
+        # No rank tears gloo down while the other is still in a collective: gloo aborts
+        # the process when a peer disconnects mid-operation.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

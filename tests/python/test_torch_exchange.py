@@ -58,6 +58,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, split: str) -> 
             evaluated.append([r[0] for r in record])
         torch.save({"x": flat(model.parameters()), "evaluated": evaluated, "calls": calls},
                    os.path.join(out_dir, f"rank{rank}.pt"))
+        # No rank tears gloo down while the other is still in a collective: gloo aborts
+        # the process when a peer disconnects mid-operation.
+        dist.barrier()
     finally:
         exchange.point_range = engine_split
         dist.destroy_process_group()
