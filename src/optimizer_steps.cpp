@@ -70,15 +70,23 @@ void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerSta
 
 void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState& s,
                  std::span<const float> g, StateSlots slots) {
-  bool ok = x.size() == expected && g.size() == expected;
+  if (x.size() != expected || g.size() != expected) {
+    throw std::invalid_argument(
+        "apply_step: x has " + std::to_string(x.size()) + " and g " + std::to_string(g.size()) +
+        " coordinates, the ranges' dimension is " + std::to_string(expected));
+  }
+  if (s.used() != slots) {
+    throw std::invalid_argument(
+        "apply_step: the state keeps other slots than the optimizer (a state of another "
+        "optimizer or layout; make it with init_state)");
+  }
   for (int j = 0; j < kMaxStateSlots; ++j) {
     const std::size_t have = s.slots[static_cast<std::size_t>(j)].size();
-    ok = ok && have == (slots.uses(j) ? expected : 0);
-  }
-  if (!ok) {
-    throw std::invalid_argument(
-        "apply_step: x, g and the state's slots must all have the ranges' dimension " +
-        std::to_string(expected));
+    if (slots.uses(j) && have != expected) {
+      throw std::invalid_argument("apply_step: the state's slot " + std::to_string(j) + " has " +
+                                  std::to_string(have) + " coordinates, the dimension is " +
+                                  std::to_string(expected));
+    }
   }
 }
 

@@ -382,7 +382,9 @@ while the engine works.
   cls.def(py::init([](py::handle x0, py::handle optimizer, py::handle options,
                       const py::kwargs& option_kwargs) {
             std::vector<float> start = start_point(x0);
-            const OptimizerRanges opt = ranges_from_python(optimizer, "optimizer");
+            const OptimizerRanges opt = optimizer.is_none()
+                                            ? OptimizerRanges(Adam{})
+                                            : ranges_from_python(optimizer, "optimizer");
             Options o;
             if (!options.is_none()) {
               if (!py::isinstance<Options>(options)) {

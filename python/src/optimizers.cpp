@@ -33,12 +33,14 @@ template <class Field>
 typename Field::value_type field_value(const Field& field, py::handle value) {
   const std::string name(field.name);
   if constexpr (is_flag<Field>) {
-    if (!py::isinstance<py::bool_>(value)) {
+    // A Python bool or a numpy bool; anything else (1, "yes", None) is refused.
+    const py::object numpy_bool = py::module_::import("numpy").attr("bool_");
+    if (!py::isinstance<py::bool_>(value) && !py::isinstance(value, numpy_bool)) {
       throw py::type_error(
           name + ": expected a bool, got " +
           py::str(py::type::of(value).attr("__name__")).template cast<std::string>());
     }
-    return value.cast<bool>();
+    return py::bool_(py::reinterpret_borrow<py::object>(value)).template cast<bool>();
   } else {
     if (py::isinstance<py::bool_>(value) ||
         !py::isinstance(value, py::module_::import("numbers").attr("Real"))) {
@@ -288,7 +290,6 @@ py::object optimizer_to_python(const Optimizer& optimizer) {
 }
 
 OptimizerRanges ranges_from_python(py::handle obj, const char* param) {
-  if (obj.is_none()) return OptimizerRanges(Adam{});
   if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) {
     return OptimizerRanges(optimizer_from_python(obj, param));
   }

@@ -19,9 +19,10 @@ Optimizer optimizer_from_python(py::handle obj, const char* param);
 // A new Python object holding a copy of `optimizer`, of its class.
 py::object optimizer_to_python(const Optimizer& optimizer);
 
-// What OptEx(optimizer=...) and set_optimizer take: an optimizer, a list of
-// (size, optimizer) pairs (hyperparameters per contiguous range), or None
-// (Adam's defaults). TypeError or ValueError naming `param` and the entry.
+// What OptEx(optimizer=...) and set_optimizer take: an optimizer, or a list
+// of (size, optimizer) pairs (hyperparameters per contiguous range).
+// TypeError or ValueError naming `param` and the entry (None is a TypeError:
+// only OptEx's constructor gives it a meaning, Adam's defaults).
 OptimizerRanges ranges_from_python(py::handle obj, const char* param);
 
 // The optimizer when there is one range, else a list of (size, optimizer)

@@ -217,7 +217,6 @@ def test_hyperparameters_that_cannot_exist_cannot_reach_a_range() -> None:
         (lambda: [(D, optex.Adam(lr=0.1))], optex.Adam(lr=0.1)),
         (lambda: [(np.int64(D), optex.Sgd())], optex.Sgd()),
         (lambda: optex.RmsProp(centered=True), optex.RmsProp(centered=True)),
-        (lambda: None, optex.Adam()),
         # Huge but finite hyperparameters are valid values and come back exactly.
         (lambda: [(2, optex.Sgd(lr=1.7976931348623157e308)), (3, optex.Sgd(weight_decay=1e300))],
          [(2, optex.Sgd(lr=1.7976931348623157e308)), (3, optex.Sgd(weight_decay=1e300))]),
@@ -268,8 +267,9 @@ X_REFUSALS = [
     (lambda: np.zeros((D, 1), np.float32), ValueError, r"got dtype float32 shape \(5, 1\)$"),
     (lambda: np.array(1.0, np.float32), ValueError, r"got dtype float32 shape \(\)$"),
     (lambda: np.zeros(D + 1, np.float32), ValueError,
-     "^apply_step: x, g and the state's slots must all have the ranges' dimension 6$"),
-    (lambda: np.zeros(D - 1, np.float32), ValueError, "the state's slots must all have"),
+     "^apply_step: the state's slot 0 has 5 coordinates, the dimension is 6$"),
+    (lambda: np.zeros(D - 1, np.float32), ValueError,
+     "^apply_step: the state's slot 0 has 5 coordinates, the dimension is 4$"),
 ]
 
 
@@ -401,8 +401,9 @@ def test_a_state_of_another_layout_or_dimension_writes_nothing(spec, state_spec,
     state = stepped_state(state_spec, dim)
     x = np.linspace(-1, 1, D).astype(np.float32)
     before = (x.tobytes(), state_bytes(state))
-    with pytest.raises(ValueError, match="^apply_step: x, g and the state's slots must all have the "
-                                         "ranges' dimension 5$"):
+    message = (f"^apply_step: the state's slot 0 has {dim} coordinates, the dimension is {D}$"
+               if dim != D else "^apply_step: the state keeps other slots than the optimizer")
+    with pytest.raises(ValueError, match=message):
         optex.apply_step(spec, x, state, np.ones(D))
     assert (x.tobytes(), state_bytes(state)) == before
 
@@ -602,3 +603,20 @@ def test_any_valid_split_round_trips(split) -> None:
         restored = optex.OptEx.load(path)
     assert restored.optimizer == expected
     assert repr(restored.optimizer) == repr(expected)
+
+
+def test_none_means_adam_only_in_the_constructor() -> None:
+    """OptEx(x0) defaults to Adam; everywhere else None is a mistake, not a default."""
+    assert optex.OptEx(np.zeros(D)).optimizer == optex.Adam()
+    assert optex.OptEx(np.zeros(D), optimizer=None).optimizer == optex.Adam()
+    opt = ranged_engine()
+    before = frozen(opt)
+    with pytest.raises(TypeError, match=r"^optimizer: expected optex\.Sgd, .* got NoneType$"):
+        opt.set_optimizer(None)
+    assert frozen(opt) == before
+    with pytest.raises(TypeError, match="got NoneType"):
+        optex.init_state(None, D)
+    x, state = np.ones(D, np.float32), optex.init_state(optex.Adam(), D)
+    with pytest.raises(TypeError, match="got NoneType"):
+        optex.apply_step(None, x, state, np.ones(D, np.float32))
+    assert np.array_equal(x, np.ones(D, np.float32)) and state.step == 0

@@ -221,6 +221,19 @@ def test_constructor_type_errors(cls) -> None:
 
 
 @by_name
+def test_numpy_bools_are_bools(cls) -> None:
+    for field in cls.hyperparameters:
+        if not is_flag(cls, field):
+            continue
+        for flag in (np.bool_(True), np.bool_(False)):
+            kwargs = {field: flag}
+            if field == "nesterov":
+                kwargs["momentum"] = 0.5  # Nesterov needs momentum
+            value = cls(**kwargs)
+            assert getattr(value, field) is bool(flag)
+
+
+@by_name
 def test_real_numbers_of_any_type_are_floats(cls) -> None:
     for field in cls.hyperparameters:
         if is_flag(cls, field):
