@@ -10,6 +10,10 @@
 //                 Engine::ask() does per proxy step, minus its row copy).
 //   BM_Fit        N = 4 GradientHistory::push into a full history (incremental
 //                 Gram update), then GpGradientEstimator::fit.
+//   BM_OptimizerStep/<name>
+//                 one plain optex::apply_step of every base optimizer (by its
+//                 optimizer_from_name name, with its defaults): the
+//                 elementwise pass that ends every proxy step and the commit.
 //
 // Byte counts (4-byte floats; every array counted once per pass that must touch
 // it; writes counted once, no write-allocate traffic, as STREAM does):
@@ -17,6 +21,8 @@
 //   proxy  (2 T0 + 9) d             predict: read X (T0 d) and G (T0 d), read the
 //                                   query x (d), write mu (d); Adam: read x, m, v,
 //                                   mu and write x, m, v (7 d)
+//   step   (3 + 2 k) d              read x and g, write x; read and write the
+//                                   optimizer's k state slots
 //   fit    N (2 T0 + 5) d           per push: read the new point and gradient and
 //                                   write them into the slot (4 d), read X (T0 d,
 //                                   the new row is one of the rows) for the
@@ -52,6 +58,7 @@
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/optimizer.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/optimizer_state.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
@@ -249,6 +256,48 @@ void BM_Fit(benchmark::State& state) {
   });
 }
 
+// One plain step of `optimizer` over d coordinates, paired with a triad pass like the
+// others (its own arrays: the Setup's history is not needed).
+void BM_OptimizerStep(benchmark::State& state, const optex::Optimizer& optimizer) {
+  const auto d = static_cast<std::size_t>(state.range(0));
+  const optex::OptimizerRanges ranges = optex::OptimizerRanges(optimizer).for_dimension(d);
+  optex::SplitMix64 rng(0x57e9 + d);
+  std::vector<float> x(d);
+  std::vector<float> g(d);
+  fill_uniform(x, rng);
+  fill_uniform(g, rng);
+  optex::OptimizerState s = optex::init_state(ranges, d);
+  TriadArrays paired(d);
+  double step_wall = 0.0;
+  double step_cpu_min = std::numeric_limits<double>::infinity();
+  double triad_cpu_min = std::numeric_limits<double>::infinity();
+  for (auto _ : state) {
+    state.PauseTiming();
+    const double c0 = thread_seconds();
+    paired.run();
+    triad_cpu_min = std::min(triad_cpu_min, thread_seconds() - c0);
+    state.ResumeTiming();
+    const auto w1 = Clock::now();
+    const double c1 = thread_seconds();
+    optex::apply_step(ranges, x, s, g);
+    float* xp = x.data();
+    benchmark::DoNotOptimize(xp);
+    benchmark::ClobberMemory();
+    step_cpu_min = std::min(step_cpu_min, thread_seconds() - c1);
+    step_wall += seconds_since(w1);
+  }
+  const double bytes = (3.0 + 2.0 * static_cast<double>(ranges.state_slots().count())) * kFloat *
+                       static_cast<double>(d);
+  const double moved = bytes * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(moved));
+  if (const auto it = triad_bandwidth().find(static_cast<std::int64_t>(d));
+      it != triad_bandwidth().end()) {
+    state.counters["triad_ratio"] = moved / step_wall / it->second;
+  }
+  state.counters["paired_triad_ratio"] =
+      (bytes / step_cpu_min) / (3.0 * kFloat * static_cast<double>(d) / triad_cpu_min);
+}
+
 // Big cases get a fixed iteration count (>= 5, about 8 GB moved) instead of
 // MinTime: one d = 1e7, T0 = 64 fit moves about 21 GB.
 void configure(benchmark::internal::Benchmark* b, double bytes_per_iteration) {
@@ -269,6 +318,19 @@ int main(int argc, char** argv) {
   for (const std::int64_t d : kDims) {
     auto* b = benchmark::RegisterBenchmark("BM_Triad", BM_Triad)->Arg(d)->ArgName("d");
     configure(b, 3.0 * kFloat * static_cast<double>(d));
+  }
+  std::string names = optex::optimizer_names();
+  for (std::size_t begin = 0; begin < names.size();) {
+    const std::size_t end = std::min(names.find(", ", begin), names.size());
+    const std::string name = names.substr(begin, end - begin);
+    begin = end + 2;
+    for (const std::int64_t d : {std::int64_t{100'000}, std::int64_t{1'000'000}}) {
+      auto* b = benchmark::RegisterBenchmark(("BM_OptimizerStep/" + name).c_str(), BM_OptimizerStep,
+                                             optex::optimizer_from_name(name))
+                    ->Arg(d)
+                    ->ArgName("d");
+      configure(b, 7.0 * kFloat * static_cast<double>(d));
+    }
   }
   for (const std::int64_t d : kDims) {
     for (const std::int64_t t0 : kHistories) {

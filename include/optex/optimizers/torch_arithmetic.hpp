@@ -14,7 +14,11 @@ OPTEX_HOST_DEVICE inline float lerp(float start, float end, float weight) {
   return small ? start + weight * (end - start) : end - (end - start) * (1.0f - weight);
 }
 
-// torch.sign: -1, 0 or 1.
-OPTEX_HOST_DEVICE inline float sign(float v) { return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f); }
+// torch.sign's vectorised form: (v > 0) - (v < 0), so -1, 0 or 1 (0 for NaN). Written
+// without branches: with random signs a branch mispredicts half the time and keeps the
+// loop from vectorising (Lion ran ten times slower).
+OPTEX_HOST_DEVICE inline float sign(float v) {
+  return static_cast<float>(v > 0.0f) - static_cast<float>(v < 0.0f);
+}
 
 }  // namespace optex::detail
