@@ -184,14 +184,15 @@ double thread_seconds() {
 // Step bandwidth for bytes_per_second and triad_ratio = bytes_per_iteration *
 // iterations / (sum of the step wall times).
 template <class Step>
-void run_paired(benchmark::State& state, Setup& s, double bytes_per_iteration, Step step) {
+void run_paired(benchmark::State& state, std::size_t d, TriadArrays& paired,
+                double bytes_per_iteration, Step step) {
   double step_wall = 0.0;
   double step_cpu_min = std::numeric_limits<double>::infinity();
   double triad_cpu_min = std::numeric_limits<double>::infinity();
   for (auto _ : state) {
     state.PauseTiming();
     const double c0 = thread_seconds();
-    s.paired.run();
+    paired.run();
     triad_cpu_min = std::min(triad_cpu_min, thread_seconds() - c0);
     state.ResumeTiming();
     const auto w1 = Clock::now();
@@ -202,11 +203,11 @@ void run_paired(benchmark::State& state, Setup& s, double bytes_per_iteration, S
   }
   const double moved = bytes_per_iteration * static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<std::int64_t>(moved));
-  if (const auto it = triad_bandwidth().find(static_cast<std::int64_t>(s.d));
+  if (const auto it = triad_bandwidth().find(static_cast<std::int64_t>(d));
       it != triad_bandwidth().end()) {
     state.counters["triad_ratio"] = moved / step_wall / it->second;
   }
-  const double triad_bytes = 3.0 * kFloat * static_cast<double>(s.d);
+  const double triad_bytes = 3.0 * kFloat * static_cast<double>(d);
   state.counters["paired_triad_ratio"] =
       (bytes_per_iteration / step_cpu_min) / (triad_bytes / triad_cpu_min);
 }
@@ -227,7 +228,7 @@ void BM_ProxyStep(benchmark::State& state) {
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   s.estimator.fit(s.history, s.lengthscale);  // BM_Fit may have pushed since
   const double bytes = (2.0 * static_cast<double>(s.t0) + 9.0) * kFloat * static_cast<double>(s.d);
-  run_paired(state, s, bytes, [&s] {
+  run_paired(state, s.d, s.paired, bytes, [&s] {
     s.estimator.predict(s.history, s.x, s.mu);
     optex::apply_step(s.adam, s.x, s.state, s.mu);
     float* x = s.x.data();  // an lvalue: the non-const DoNotOptimize overload
@@ -242,7 +243,7 @@ void BM_Fit(benchmark::State& state) {
   const std::size_t n = s.d;
   const double bytes = static_cast<double>(kNewPairs) * (2.0 * static_cast<double>(s.t0) + 5.0) *
                        kFloat * static_cast<double>(n);
-  run_paired(state, s, bytes, [&s, n] {
+  run_paired(state, s.d, s.paired, bytes, [&s, n] {
     for (std::size_t i = 0; i < kNewPairs; ++i) {
       float* p = s.new_points.data() + i * n;
       // Distinct points every push (O(1)), so no two history points coincide.
@@ -268,34 +269,14 @@ void BM_OptimizerStep(benchmark::State& state, const optex::Optimizer& optimizer
   fill_uniform(g, rng);
   optex::OptimizerState s = optex::init_state(ranges, d);
   TriadArrays paired(d);
-  double step_wall = 0.0;
-  double step_cpu_min = std::numeric_limits<double>::infinity();
-  double triad_cpu_min = std::numeric_limits<double>::infinity();
-  for (auto _ : state) {
-    state.PauseTiming();
-    const double c0 = thread_seconds();
-    paired.run();
-    triad_cpu_min = std::min(triad_cpu_min, thread_seconds() - c0);
-    state.ResumeTiming();
-    const auto w1 = Clock::now();
-    const double c1 = thread_seconds();
-    optex::apply_step(ranges, x, s, g);
-    float* xp = x.data();
-    benchmark::DoNotOptimize(xp);
-    benchmark::ClobberMemory();
-    step_cpu_min = std::min(step_cpu_min, thread_seconds() - c1);
-    step_wall += seconds_since(w1);
-  }
   const double bytes = (3.0 + 2.0 * static_cast<double>(ranges.state_slots().count())) * kFloat *
                        static_cast<double>(d);
-  const double moved = bytes * static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<std::int64_t>(moved));
-  if (const auto it = triad_bandwidth().find(static_cast<std::int64_t>(d));
-      it != triad_bandwidth().end()) {
-    state.counters["triad_ratio"] = moved / step_wall / it->second;
-  }
-  state.counters["paired_triad_ratio"] =
-      (bytes / step_cpu_min) / (3.0 * kFloat * static_cast<double>(d) / triad_cpu_min);
+  run_paired(state, d, paired, bytes, [&] {
+    optex::apply_step(ranges, x, s, g);
+    float* xp = x.data();  // an lvalue: the non-const DoNotOptimize overload
+    benchmark::DoNotOptimize(xp);
+    benchmark::ClobberMemory();
+  });
 }
 
 // Big cases get a fixed iteration count (>= 5, about 8 GB moved) instead of

@@ -12,6 +12,14 @@ void reject(std::string_view name, double value, std::string_view requirement) {
   throw std::invalid_argument(msg.str());
 }
 
+std::string momentum_buffer_change(double current, double next) {
+  if ((next == 0.0) == (current == 0.0)) return {};
+  std::ostringstream msg;
+  msg << "momentum: " << next << " cannot replace " << current
+      << " (the momentum buffer exists only with non-zero momentum); start a new engine";
+  return msg.str();
+}
+
 std::string_view requirement_text(Requirement requirement) {
   switch (requirement) {
     case Requirement::positive:

@@ -312,13 +312,13 @@ def test_an_lr_scheduler_equals_set_optimizer_in_the_manual_loop_bit_for_bit() -
     assert opt.engine.optimizer == optex.Adam(lr=0.01 / 4)  # the last step's value
 
 
-def test_an_lr_scheduler_with_parallelism_one_follows_torch_optim() -> None:
+def follow_cosine_schedule(make_ours, make_theirs) -> None:
+    """Ten steps of ours (an optex.torch.OptEx with N = 1) and of torch.optim's optimizer on
+    the same model, each under CosineAnnealingLR: the parameters agree."""
     data = make_data()
-    model = make_model()
-    opt = OptEx(model.parameters(), optimizer="sgd", lr=0.05, momentum=0.9, parallelism=1)
+    model, theirs = make_model(), make_model()
+    opt, torch_opt = make_ours(model.parameters()), make_theirs(theirs.parameters())
     closure = closure_for(opt, model, data)
-    theirs = make_model()
-    torch_opt = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
     schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10) for o in (opt, torch_opt)]
     for _ in range(10):
         opt.step(closure)
@@ -328,6 +328,12 @@ def test_an_lr_scheduler_with_parallelism_one_follows_torch_optim() -> None:
         for s in schedulers:
             s.step()
     torch.testing.assert_close(flat(model.parameters()), flat(theirs.parameters()), rtol=0.0, atol=1e-5)
+
+
+def test_an_lr_scheduler_with_parallelism_one_follows_torch_optim() -> None:
+    follow_cosine_schedule(
+        lambda p: OptEx(p, optimizer="sgd", lr=0.05, momentum=0.9, parallelism=1),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
 
 
 def test_a_hyperparameter_the_engine_cannot_take_raises_and_changes_nothing() -> None:
@@ -650,23 +656,11 @@ def test_an_lr_scheduler_with_rmsprop_equals_set_optimizer_in_the_manual_loop() 
 
 
 def test_an_lr_scheduler_with_rmsprop_and_parallelism_one_follows_torch_optim() -> None:
-    data = make_data()
-    model = make_model()
-    opt = OptEx(model.parameters(), optimizer="rmsprop", lr=0.01, alpha=0.9, momentum=0.9,
-                centered=True, parallelism=1)
-    closure = closure_for(opt, model, data)
-    theirs = make_model()
-    torch_opt = torch.optim.RMSprop(theirs.parameters(), lr=0.01, alpha=0.9, momentum=0.9,
-                                    centered=True, foreach=False)
-    schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10) for o in (opt, torch_opt)]
-    for _ in range(10):
-        opt.step(closure)
-        torch_opt.zero_grad()
-        loss_of(theirs, data).backward()
-        torch_opt.step()
-        for s in schedulers:
-            s.step()
-    torch.testing.assert_close(flat(model.parameters()), flat(theirs.parameters()), rtol=0.0, atol=1e-5)
+    follow_cosine_schedule(
+        lambda p: OptEx(p, optimizer="rmsprop", lr=0.01, alpha=0.9, momentum=0.9, centered=True,
+                        parallelism=1),
+        lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, momentum=0.9, centered=True,
+                                      foreach=False))
 
 
 # ---------------------------------------------------------------------------- param groups

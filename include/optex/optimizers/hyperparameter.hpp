@@ -51,6 +51,11 @@ namespace detail {
 
 // "lr: must be finite and > 0, got nan": throws std::invalid_argument.
 [[noreturn]] void reject(std::string_view name, double value, std::string_view requirement);
+
+// For cannot_become(): why momentum `next` cannot replace `current` in a running engine when
+// one is zero and the other not (a momentum buffer exists only with non-zero momentum);
+// "" otherwise.
+std::string momentum_buffer_change(double current, double next);
 std::string_view requirement_text(Requirement requirement);
 
 inline bool satisfies(double v, Requirement requirement) {

@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -71,16 +70,13 @@ struct RmsProp {
   }
 
   std::string cannot_become(const RmsProp& next) const {
-    std::ostringstream msg;
-    if ((next.momentum == 0.0) != (momentum == 0.0)) {
-      msg << "momentum: " << next.momentum << " cannot replace " << momentum
-          << " (the momentum buffer exists only with non-zero momentum); start a new engine";
-    } else if (next.centered != centered) {
-      msg << "centered: " << (next.centered ? "true" : "false") << " cannot replace "
-          << (centered ? "true" : "false")
-          << " (the gradient average exists only when centered); start a new engine";
+    std::string why = detail::momentum_buffer_change(momentum, next.momentum);
+    if (why.empty() && next.centered != centered) {
+      why = std::string("centered: ") + (next.centered ? "true" : "false") + " cannot replace " +
+            (centered ? "true" : "false") +
+            " (the gradient average exists only when centered); start a new engine";
     }
-    return msg.str();
+    return why;
   }
 
   // ---- the update ----

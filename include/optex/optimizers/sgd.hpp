@@ -9,7 +9,6 @@
 
 #include <array>
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -67,11 +66,7 @@ struct Sgd {
 
   // Why `next` cannot replace these values in a running engine ("" if it can).
   std::string cannot_become(const Sgd& next) const {
-    if ((next.momentum == 0.0) == (momentum == 0.0)) return {};
-    std::ostringstream msg;
-    msg << "momentum: " << next.momentum << " cannot replace " << momentum
-        << " (the momentum buffer exists only with non-zero momentum); start a new engine";
-    return msg.str();
+    return detail::momentum_buffer_change(momentum, next.momentum);
   }
 
   // ---- the update ----
