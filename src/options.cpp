@@ -1,20 +1,17 @@
 // Options::validate and Stop::validate. Each check names the field and the value it got.
 #include <cmath>
 #include <concepts>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "optex/optimizers/hyperparameter.hpp"
 #include "optex/options.hpp"
 
 namespace optex {
 namespace {
 
-[[noreturn]] void reject(const char* name, double value, const char* requirement) {
-  std::ostringstream msg;
-  msg << name << ": must be " << requirement << ", got " << value;
-  throw std::invalid_argument(msg.str());
-}
+using detail::reject;  // real numbers: the message of every hyperparameter check
+
 // Integers print as integers (1000000, not 1e+06).
 template <std::integral T>
 [[noreturn]] void reject(const char* name, T value, const char* requirement) {
@@ -23,10 +20,10 @@ template <std::integral T>
 }
 
 void require_positive(const char* name, double v) {
-  if (!std::isfinite(v) || v <= 0.0) reject(name, v, "finite and > 0");
+  detail::require(name, v, Requirement::positive);
 }
 void require_non_negative(const char* name, double v) {
-  if (!std::isfinite(v) || v < 0.0) reject(name, v, "finite and >= 0");
+  detail::require(name, v, Requirement::non_negative);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
@@ -60,6 +61,14 @@ void widen_to_float64(std::span<const float> src, std::span<double> dst);
 template <class T>
 std::span<const T> values_of(const py::array& a) {
   return {static_cast<const T*>(a.data()), static_cast<std::size_t>(a.size())};
+}
+
+// A new numpy array holding a copy of `values`.
+template <class T>
+py::array_t<T> copy_of(std::span<const T> values) {
+  py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), out.mutable_data());
+  return out;
 }
 
 }  // namespace optex::python

@@ -298,13 +298,6 @@ Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
   return Info(engine.tell(batch));
 }
 
-template <class T>
-py::array_t<T> copy_of(std::span<const T> values) {
-  py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
-  std::copy(values.begin(), values.end(), out.mutable_data());
-  return out;
-}
-
 void register_info(py::module_& m) {
   py::class_<Info> cls(m, "IterationInfo", py::is_final(),
                        R"doc(What OptEx.tell() reports about the iteration it committed (read-only).

@@ -53,9 +53,7 @@ optex.apply_step; copy.copy and copy.deepcopy give independent copies.
           if (slot.empty()) {
             out.append(py::none());
           } else {
-            py::array_t<float> copy(static_cast<py::ssize_t>(slot.size()));
-            std::copy(slot.begin(), slot.end(), copy.mutable_data());
-            out.append(copy);
+            out.append(copy_of(std::span<const float>(slot)));
           }
         }
         return py::tuple(out);

@@ -78,15 +78,18 @@ constexpr void for_each_hyperparameter(F&& f) {
   std::apply([&](const auto&... field) { (f(field), ...); }, Optimizer::hyperparameters());
 }
 
+// Throws std::invalid_argument naming `name` and `v` unless v satisfies `requirement`.
+inline void require(std::string_view name, double v, Requirement requirement) {
+  if (!satisfies(v, requirement)) reject(name, v, requirement_text(requirement));
+}
+
 // Checks each field against its requirement, in order; the first failure
 // throws std::invalid_argument naming the field and the value.
 template <class Optimizer>
 void check_hyperparameters(const Optimizer& o) {
   for_each_hyperparameter<Optimizer>([&](const auto& field) {
     if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, double>) {
-      const double v = o.*field.member;
-      if (!satisfies(v, field.requirement))
-        reject(field.name, v, requirement_text(field.requirement));
+      require(field.name, o.*field.member, field.requirement);
     }
   });
 }
