@@ -16,6 +16,7 @@
 #include "optex/in_process_communicator.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/lengthscale_selection.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optex/minimize.hpp"
 #include "optex/objective.hpp"
 #include "optex/optimizer.hpp"
