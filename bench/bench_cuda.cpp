@@ -551,6 +551,7 @@ void fill_history(ProxySetup& s) {
       throw std::runtime_error("history: a gradient row is not finite");
     }
     const std::vector<char> keep = empty ? std::vector<char>{0, 1} : std::vector<char>{1, 1};
+    if (!b.stage_step(s.batch, 1)) throw std::runtime_error("history: a step left the bound");
     b.commit(s.batch, 1, keep, no_prediction);
   }
 }

@@ -7,6 +7,7 @@
 #include <cusolverDn.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
 #include "optex/detail/bf16.hpp"
+#include "optex/magnitude_bound.hpp"
 
 namespace optex::cuda {
 
@@ -34,6 +36,7 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
       capacity_(static_cast<std::size_t>(options.history)),
       slots_(optimizer.state_slots()),
       reduction_blocks_(reduction_blocks(x0.size())),
+      bound_(magnitude_bound(x0.size())),
       blas_(stream_.get()),
       solver_(stream_.get()),
       device_bytes_(check_device_memory(x0.size(), optimizer.state_slots().count(), options,
@@ -71,7 +74,7 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   new_inner_ = DeviceBuffer<float>(t0 * t0);
   potrf_info_ = DeviceBuffer<int>(1);
   potrs_info_ = DeviceBuffer<int>(1);
-  finite_ = DeviceBuffer<int>(n);
+  finite_ = DeviceBuffer<int>(n + kMaxStateSlots);  // per row, then per state slot
 
   covariance_host_ = PinnedBuffer<double>(t0 * t0);
   weights_host_ = PinnedBuffer<double>((n - 1) * t0);
@@ -80,7 +83,7 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   dots_host_ = PinnedBuffer<double>(3 * n);
   new_inner_host_ = PinnedBuffer<float>(t0 * t0);
   info_host_ = PinnedBuffer<int>(1);
-  finite_host_ = PinnedBuffer<int>(n);
+  finite_host_ = PinnedBuffer<int>(n + kMaxStateSlots);
 
   gp_rows_.assign(n - 1, 0);
   push_slots_.assign(n, 0);
@@ -138,6 +141,22 @@ void CudaBackend<PointStore, GradStore>::reset_work_state() {
                                      cudaMemcpyDeviceToDevice, stream()));
   }
   work_step_ = step_;
+}
+
+template <class PointStore, class GradStore>
+bool CudaBackend<PointStore, GradStore>::rows_and_work_state_within(const float* rows, int nrows) {
+  rows_finite(rows, nrows, d_, bound_, finite_.data(), stream());
+  int checks = nrows;
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    if (!slots_.uses(j)) continue;
+    rows_finite(work_state_[j].data(), 1, d_, FLT_MAX, finite_.data() + checks++, stream());
+  }
+  OPTEX_CUDA_CHECK(cudaMemcpyAsync(finite_host_.data(), finite_.data(),
+                                   static_cast<std::size_t>(checks) * sizeof(int),
+                                   cudaMemcpyDeviceToHost, stream()));
+  synchronize();  // the caller decides on the host
+  return std::all_of(finite_host_.data(), finite_host_.data() + checks,
+                     [](int ok) { return ok != 0; });
 }
 
 template <class PointStore, class GradStore>
@@ -265,6 +284,7 @@ void CudaBackend<PointStore, GradStore>::restore(const OptimizerState& state,
   synchronize();  // the sources are the caller's; copy errors surface here, not later
   step_ = state.step;
   work_step_ = state.step;
+  work_state_is_last_ = false;
   gram_ = static_cast<const HistoryGram&>(history);
   fitted_size_ = 0;
   history_host_current_ = false;

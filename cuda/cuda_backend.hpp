@@ -9,6 +9,7 @@
 //   proxy_step     none (oracle steps: one each, the oracle runs on the host)
 //   finish_batch   one: ask() hands the rows to the caller; GP weights checked
 //   check_gradients one: which pairs are finite decides the commit on the host
+//   stage_step     one: whether the step stays within the bound, likewise
 //   commit         one: the new Gram rows, cosines and ||g_c|| go to the host
 //   host views     one each (iterate, optimizer_state, history, row copies)
 //
@@ -70,6 +71,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
                   const detail::HostGradient& oracle) override;
   bool finish_batch(Batch& batch) override;
   void check_gradients(Batch& batch, std::span<char> finite) override;
+  bool stage_step(Batch& batch, int c) override;
   detail::CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                              std::span<const char> predicted) override;
 
@@ -98,6 +100,9 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   StateRows work_state_rows();
   // work state := committed state (every slot in use, and the step counter).
   void reset_work_state();
+  // Whether `nrows` rows from `rows` are within bound_ and the work state is
+  // finite; waits for the device.
+  bool rows_and_work_state_within(const float* rows, int nrows);
   // Enqueues x_out := update(x_in, g) on the work state, with g the weighted
   // sum of `nrows` history gradients (weights != nullptr; also written to
   // `predicted`) or `gradient`; then advances the work step counter, as
@@ -116,8 +121,9 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
                      float* out);
 
   // ---- the steps of commit(), in order ---------------------------------------
-  // The committed step from point c, replaying the proxy steps to recover
-  // its state when c < N-1.
+  // The committed step from point c into next_x_ and the work state,
+  // replaying the proxy steps to recover its state when c < N-1 or when the
+  // work state ask() left was spent.
   void enqueue_committed_step(const Batch& batch, int c);
   // p.p, p.g and g.g into dots_ (only ||g_c||^2 when no cosine is needed).
   void enqueue_commit_dots(int c, std::span<const char> keep, std::span<const char> predicted);
@@ -152,6 +158,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::size_t capacity_;  // T0
   StateSlots slots_;      // the state buffers the optimizer keeps
   int reduction_blocks_;
+  float bound_;  // magnitude_bound(d_)
 
   Stream stream_;
   BlasHandle blas_;
@@ -164,6 +171,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   DeviceBuffer<float> state_[kMaxStateSlots], work_state_[kMaxStateSlots];
   std::int64_t step_ = 0;
   std::int64_t work_step_ = 0;
+  bool work_state_is_last_ = false;     // the work state still is the s_{N-1} ask() left
   StepCoefficients step_coefficients_;  // reused by every step
   // History rows, T0 x d row-major in slot order (column-major d x T0 for cuBLAS).
   DeviceBuffer<PointStore> history_x_;

@@ -80,6 +80,7 @@ void CudaBackend<PointStore, GradStore>::begin_batch(Batch& batch) {
   OPTEX_CUDA_CHECK(
       cudaMemcpyAsync(point_row(0), x_.data(), row_bytes(), cudaMemcpyDeviceToDevice, stream()));
   reset_work_state();
+  work_state_is_last_ = true;
   std::fill(gp_rows_.begin(), gp_rows_.end(), 0);
 }
 
@@ -162,8 +163,9 @@ bool CudaBackend<PointStore, GradStore>::finish_batch(Batch& batch) {
                                      stream()));
   }
   // ask() hands the rows to the caller, who may read them from any stream or
-  // from the host: they must be complete. The weights copy rides along.
-  synchronize();
+  // from the host: they must be complete. The weights copy and the bound
+  // checks of the proxy points and the work state ride along in one wait.
+  if (!rows_and_work_state_within(point_row(0), n_points_)) return false;
   for (std::size_t p = 0; p < gp_rows_.size(); ++p) {
     if (!gp_rows_[p]) continue;
     const double* w = weights_host_.data() + p * capacity_;

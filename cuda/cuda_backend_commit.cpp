@@ -39,7 +39,7 @@ void CudaBackend<PointStore, GradStore>::check_gradients(Batch& batch, std::span
   // unstage them, so that a retry after a refused tell() reads what the caller writes
   // into the device rows next rather than these host rows again.
   batch.upload_staged_gradients();
-  rows_finite(grads_.data(), n_points_, d_, finite_.data(), stream());
+  rows_finite(grads_.data(), n_points_, d_, bound_, finite_.data(), stream());
   OPTEX_CUDA_CHECK(cudaMemcpyAsync(finite_host_.data(), finite_.data(), n * sizeof(int),
                                    cudaMemcpyDeviceToHost, stream()));
   synchronize();  // which pairs are finite decides, on the host, where the commit steps from
@@ -47,11 +47,20 @@ void CudaBackend<PointStore, GradStore>::check_gradients(Batch& batch, std::span
 }
 
 template <class PointStore, class GradStore>
+bool CudaBackend<PointStore, GradStore>::stage_step(Batch& batch, int c) {
+  DeviceGuard guard(device_index_);
+  require_attached(batch);
+  enqueue_committed_step(batch, c);
+  work_state_is_last_ = false;
+  return rows_and_work_state_within(next_x_.data(), 1);
+}
+
+template <class PointStore, class GradStore>
 CommitStats CudaBackend<PointStore, GradStore>::commit(Batch& batch, int c,
                                                        std::span<const char> keep,
                                                        std::span<const char> predicted) {
   DeviceGuard guard(device_index_);
-  enqueue_committed_step(batch, c);
+  require_attached(batch);  // stage_step(batch, c) left the step in next_x_ and the work state
   enqueue_commit_dots(c, keep, predicted);
   const PushPlan plan = plan_history_push(keep);
   enqueue_history_store();
@@ -71,7 +80,7 @@ void CudaBackend<PointStore, GradStore>::enqueue_committed_step(const Batch& bat
   // s_c. The first step reads x_, later ones update next_x_ in place.
   float* out = next_x_.data();
   const float* from = point_row(c);
-  if (c != n_points_ - 1) {
+  if (c != n_points_ - 1 || !work_state_is_last_) {
     reset_work_state();
     from = x_.data();
     if (BatchAccess::proxy_steps_applied(batch)) {
@@ -258,6 +267,7 @@ void CudaBackend<PointStore, GradStore>::adopt_committed_state() {
 
 #define OPTEX_INSTANTIATE(P, G)                                                      \
   template void CudaBackend<P, G>::check_gradients(Batch&, std::span<char>);         \
+  template bool CudaBackend<P, G>::stage_step(Batch&, int);                          \
   template CommitStats CudaBackend<P, G>::commit(Batch&, int, std::span<const char>, \
                                                  std::span<const char>);
 OPTEX_FOR_EACH_HISTORY_STORAGE(OPTEX_INSTANTIATE)

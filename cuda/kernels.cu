@@ -247,16 +247,18 @@ __global__ void __launch_bounds__(kThreads) fill_ones_kernel(int* __restrict__ o
 }
 
 // grid: x = block over d, y = row (row0 + blockIdx.y). A block that sees a
-// non-finite value clears the row's flag (the flags start at 1).
+// value that is not finite or above `bound` clears the row's flag (the flags
+// start at 1).
 __global__ void __launch_bounds__(kThreads)
-    rows_finite_kernel(const float* __restrict__ rows, int row0, std::size_t d, int* finite) {
+    rows_finite_kernel(const float* __restrict__ rows, int row0, std::size_t d, float bound,
+                       int* finite) {
   const std::size_t row = static_cast<std::size_t>(row0) + blockIdx.y;
   const float* r = rows + row * d;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads;
   int bad = 0;
   for (std::size_t k = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x; k < d;
        k += stride)
-    bad |= isfinite(r[k]) ? 0 : 1;
+    bad |= fabsf(r[k]) <= bound ? 0 : 1;  // false for NaN
   if (__syncthreads_or(bad) != 0 && threadIdx.x == 0) atomicAnd(finite + row, 0);
 }
 
@@ -481,7 +483,8 @@ void row_dots(const Store* a, const Store* b, int nrows, std::size_t d, double* 
   sum_partials(partials, nrows, blocks, out, stream);
 }
 
-void rows_finite(const float* rows, int nrows, std::size_t d, int* finite, cudaStream_t stream) {
+void rows_finite(const float* rows, int nrows, std::size_t d, float bound, int* finite,
+                 cudaStream_t stream) {
   if (nrows <= 0) return;
   fill_ones_kernel<<<static_cast<unsigned>(std::min(ceil_div(nrows, kThreads), 1024)), kThreads, 0,
                      stream>>>(finite, nrows);
@@ -491,7 +494,7 @@ void rows_finite(const float* rows, int nrows, std::size_t d, int* finite, cudaS
   for (int row0 = 0; row0 < nrows; row0 += kMaxGridY) {
     const int count = std::min(kMaxGridY, nrows - row0);
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
-    rows_finite_kernel<<<grid, kThreads, 0, stream>>>(rows, row0, d, finite);
+    rows_finite_kernel<<<grid, kThreads, 0, stream>>>(rows, row0, d, bound, finite);
     OPTEX_CUDA_CHECK(cudaGetLastError());
   }
 }

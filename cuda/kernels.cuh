@@ -45,8 +45,10 @@ template <class Store>
 void row_dots(const Store* a, const Store* b, int nrows, std::size_t d, double* partials,
               double* out, cudaStream_t stream);
 
-// finite[r] = 1 if row r of rows (nrows x d) is all finite, else 0.
-void rows_finite(const float* rows, int nrows, std::size_t d, int* finite, cudaStream_t stream);
+// finite[r] = 1 if every value of row r of rows (nrows x d) is finite and at
+// most `bound` in magnitude (FLT_MAX: finite), else 0.
+void rows_finite(const float* rows, int nrows, std::size_t d, float bound, int* finite,
+                 cudaStream_t stream);
 
 // dst[i] = Store(src[i]) and dst[i] = float(src[i]), i < count.
 template <class Store>

@@ -2,17 +2,25 @@
 // host memory; Eigen for the T0 x T0 algebra and the streaming passes of
 // streaming.hpp for everything of size d.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "optex/detail/engine_backend.hpp"
 #include "optex/gp_estimator.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optex/streaming.hpp"
 
 namespace optex::detail {
 namespace {
 
-bool all_finite(const float* v, std::size_t n) {
-  return std::all_of(v, v + n, [](float a) { return std::isfinite(a); });
+bool all_within(const float* v, std::size_t n, float bound) {
+  return std::all_of(v, v + n, [bound](float a) { return within_bound(a, bound); });
+}
+
+bool state_finite(const OptimizerState& s) {
+  return std::all_of(s.slots.begin(), s.slots.end(), [](const std::vector<float>& slot) {
+    return all_within(slot.data(), slot.size(), FLT_MAX);
+  });
 }
 
 class CpuBackend final : public EngineBackend {
@@ -24,6 +32,7 @@ class CpuBackend final : public EngineBackend {
         state_(init_state(optimizer, x0.size())),
         work_state_(state_),
         history_(static_cast<std::size_t>(options.history), x0.size()),
+        bound_(magnitude_bound(x0.size())),
         estimator_(options.kernel, options.noise, options.input_scaling,
                    static_cast<std::size_t>(options.history)) {}
 
@@ -41,6 +50,7 @@ class CpuBackend final : public EngineBackend {
   void restore(const OptimizerState& state, const GradientHistory& history) override {
     state_ = state;
     work_state_ = state;
+    work_state_is_last_ = false;
     history_ = history;
   }
 
@@ -52,7 +62,8 @@ class CpuBackend final : public EngineBackend {
   void begin_batch(Batch& batch) override {
     std::copy(x_.begin(), x_.end(), BatchAccess::points(batch));
     work_state_ = state_;
-    weights_finite_ = true;
+    work_state_is_last_ = true;
+    batch_usable_ = true;
   }
 
   void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) override {
@@ -76,21 +87,45 @@ class CpuBackend final : public EngineBackend {
       }
       case ProxySource::gp:
         estimator_.predict(history_, {from, d}, predicted);
-        for (double w : estimator_.weights()) weights_finite_ = weights_finite_ && std::isfinite(w);
+        for (double w : estimator_.weights()) batch_usable_ = batch_usable_ && std::isfinite(w);
         break;
       case ProxySource::oracle:
         oracle({from, d}, predicted);
         break;
     }
     apply_step(optimizer_, {row, d}, work_state_, predicted);
+    batch_usable_ = batch_usable_ && all_within(row, d, bound_) && state_finite(work_state_);
   }
 
-  bool finish_batch(Batch&) override { return weights_finite_; }
+  bool finish_batch(Batch&) override { return batch_usable_; }
 
   void check_gradients(Batch& batch, std::span<char> finite) override {
     const std::size_t d = dim();
     const float* grads = BatchAccess::grads(batch);
-    for (std::size_t i = 0; i < finite.size(); ++i) finite[i] = all_finite(grads + i * d, d);
+    for (std::size_t i = 0; i < finite.size(); ++i)
+      finite[i] = all_within(grads + i * d, d, bound_);
+  }
+
+  bool stage_step(Batch& batch, int c) override {
+    const std::size_t d = dim();
+    const auto row = [d](const float* rows, int i) {
+      return rows + static_cast<std::size_t>(i) * d;
+    };
+    if (c == batch.size() - 1 && work_state_is_last_) {
+      const float* point = row(BatchAccess::points(batch), c);
+      std::copy(point, point + d, next_x_.begin());
+    } else {
+      // Replay the proxy steps up to point c to recover its optimizer state.
+      work_state_ = state_;
+      std::copy(x_.begin(), x_.end(), next_x_.begin());
+      if (BatchAccess::proxy_steps_applied(batch)) {
+        for (int i = 0; i < c; ++i)
+          apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::predicted(batch), i), d});
+      }
+    }
+    work_state_is_last_ = false;
+    apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d});
+    return all_within(next_x_.data(), d, bound_) && state_finite(work_state_);
   }
 
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,
@@ -103,18 +138,6 @@ class CpuBackend final : public EngineBackend {
     const auto row = [d](const float* rows, int i) {
       return rows + static_cast<std::size_t>(i) * d;
     };
-    if (c != n - 1) {
-      // Replay the proxy steps up to point c to recover its optimizer state.
-      work_state_ = state_;
-      std::copy(x_.begin(), x_.end(), next_x_.begin());
-      if (BatchAccess::proxy_steps_applied(batch)) {
-        for (int i = 0; i < c; ++i)
-          apply_step(optimizer_, next_x_, work_state_, {row(predictions, i), d});
-      }
-    } else {
-      std::copy(row(points, c), row(points, c) + d, next_x_.begin());
-    }
-    apply_step(optimizer_, next_x_, work_state_, {row(grads, c), d});
 
     CommitStats stats;
     for (int i = 0; i + 1 < n; ++i) {
@@ -141,10 +164,12 @@ class CpuBackend final : public EngineBackend {
   std::vector<float> x_;
   std::vector<float> next_x_;
   OptimizerState state_;
-  OptimizerState work_state_;  // s_{N-1} after ask()
+  OptimizerState work_state_;        // s_{N-1} after ask(); the staged state after stage_step()
+  bool work_state_is_last_ = false;  // work_state_ still is the s_{N-1} ask() left
   GradientHistory history_;
+  float bound_;  // magnitude_bound(d)
   GpGradientEstimator estimator_;
-  bool weights_finite_ = true;
+  bool batch_usable_ = true;  // GP weights finite, points within the bound, state finite
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "optex/detail/engine_backend.hpp"
 #include "optex/lengthscale_selection.hpp"
+#include "optex/magnitude_bound.hpp"
 
 namespace optex {
 namespace {
@@ -22,14 +23,28 @@ std::uint64_t next_engine_id() {
 
 std::span<const float> checked_start(std::span<const float> x0) {
   if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
+  const float bound = magnitude_bound(x0.size());
   for (std::size_t i = 0; i < x0.size(); ++i) {
-    if (!std::isfinite(x0[i])) {
+    if (!within_bound(x0[i], bound)) {
       std::ostringstream msg;
-      msg << "x0: element " << i << " is " << x0[i] << " (must be finite)";
+      msg << "x0: element " << i << " is " << x0[i] << " (must be finite and at most " << bound
+          << " in magnitude, the bound for dimension " << x0.size() << ")";
       throw std::invalid_argument(msg.str());
     }
   }
   return x0;
+}
+
+bool row_within(std::span<const float> row, float bound) {
+  return std::all_of(row.begin(), row.end(), [bound](float v) { return within_bound(v, bound); });
+}
+
+std::runtime_error nothing_to_commit(std::int64_t iteration) {
+  return std::runtime_error(
+      "tell: no pair of iteration " + std::to_string(iteration) +
+      " can be committed (each gradient or loss is non-finite or above the magnitude bound, or "
+      "steps to a non-finite iterate or state); nothing was committed and the batch is still "
+      "pending");
 }
 
 const Options& checked(const Options& o) {
@@ -62,9 +77,16 @@ Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 Engine::~Engine() = default;
 
-std::size_t Engine::dim() const { return backend_->dim(); }
-std::span<const float> Engine::iterate() const { return backend_->iterate(); }
-const float* Engine::device_iterate() const { return backend_->device_iterate(); }
+detail::EngineBackend& Engine::backend() const {
+  if (!backend_) {
+    throw std::logic_error("engine: this Engine was moved from; use the engine it was moved to");
+  }
+  return *backend_;
+}
+
+std::size_t Engine::dim() const { return backend().dim(); }
+std::span<const float> Engine::iterate() const { return backend().iterate(); }
+const float* Engine::device_iterate() const { return backend().device_iterate(); }
 
 void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   if (pending_) {
@@ -76,20 +98,20 @@ void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   OptimizerRanges sized = optimizer.for_dimension(dim());  // validates the hyperparameters
   const std::string why = cannot_replace(optimizer_, sized);
   if (!why.empty()) throw std::invalid_argument(why);
-  backend_->set_optimizer(sized);
+  backend().set_optimizer(sized);
   optimizer_ = std::move(sized);
 }
-const OptimizerState& Engine::optimizer_state() const { return backend_->optimizer_state(); }
-const GradientHistory& Engine::history() const { return backend_->history(); }
+const OptimizerState& Engine::optimizer_state() const { return backend().optimizer_state(); }
+const GradientHistory& Engine::history() const { return backend().history(); }
 
 void Engine::refit_if_needed() {
   if (fitted_) return;
-  const HistoryGram& gram = backend_->gram();
+  const HistoryGram& gram = backend().gram();
   if (options_.proxy == Proxy::gp && options_.parallelism > 1 && gram.size() >= 2) {
     if (iteration_ % options_.selection_interval == 0) {
       lengthscale_ = select_lengthscale(gram, options_, lengthscale_).lengthscale;
     }
-    backend_->fit(lengthscale_);
+    backend().fit(lengthscale_);
   }
   fitted_ = true;
 }
@@ -103,11 +125,11 @@ Batch& Engine::ask() {
     refit_if_needed();
     batch_.iteration_ = iteration_;
     for (int i = 0; i < n; ++i) batch_.seeds_[static_cast<std::size_t>(i)] = rng_.next();
-    backend_->begin_batch(batch_);
+    backend().begin_batch(batch_);
 
     // Where the proxy gradients come from this iteration (the history does
     // not change within one).
-    const std::size_t h = backend_->gram().size();
+    const std::size_t h = backend().gram().size();
     const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
     ProxySource source = ProxySource::gp;
     if (options_.proxy == Proxy::target) {
@@ -140,12 +162,9 @@ Batch& Engine::ask() {
     // Proxy steps: x_i = step(x_{i-1}, s_{i-1}, mu(x_{i-1})); the state really advances.
     for (int i = 1; i < n; ++i) {
       batch_.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
-      backend_->proxy_step(batch_, i, source, oracle);
+      backend().proxy_step(batch_, i, source, oracle);
     }
-    if (!backend_->finish_batch(batch_)) {
-      throw std::runtime_error("proxy: the GP weights are not finite (lengthscale " +
-                               std::to_string(lengthscale_) + ")");
-    }
+    if (!backend().finish_batch(batch_)) hold_batch();
   } catch (...) {
     rng_.set_state(saved_rng);
     lengthscale_ = saved_lengthscale;
@@ -156,9 +175,22 @@ Batch& Engine::ask() {
   return batch_;
 }
 
+void Engine::hold_batch() {
+  // A GP weight, a proxy point or the proxy state left the finite range: every
+  // point holds at the iterate instead, as in the warm-up, so that no history
+  // can make ask() fail for good (DESIGN.md section 6).
+  backend().begin_batch(batch_);
+  batch_.proxy_steps_applied_ = false;
+  std::fill(batch_.was_predicted_.begin(), batch_.was_predicted_.end(), 0);
+  for (int i = 1; i < batch_.size(); ++i) backend().proxy_step(batch_, i, ProxySource::hold, {});
+  if (!backend().finish_batch(batch_)) {
+    throw std::logic_error("engine: a held batch is not usable (the iterate is out of bounds)");
+  }
+}
+
 std::vector<int> Engine::nonfinite_points(Batch& batch) {
   check_pending_batch(batch);
-  backend_->check_gradients(batch, finite_);
+  backend().check_gradients(batch, finite_);
   std::vector<int> points;
   for (int i = 0; i < batch.size(); ++i) {
     if (!finite_[static_cast<std::size_t>(i)] || !std::isfinite(batch.loss(i))) points.push_back(i);
@@ -193,44 +225,69 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
                              "): call ask() first; tell() commits each batch once");
   }
   const auto n = static_cast<std::size_t>(batch_.size());
-  if (gradients.size() != n * dim()) {
+  const std::size_t d = dim();
+  if (gradients.size() != n * d) {
     throw std::invalid_argument("gradients: size " + std::to_string(gradients.size()) +
                                 " does not match N * d = " + std::to_string(n) + " * " +
-                                std::to_string(dim()));
+                                std::to_string(d));
   }
   if (losses.size() != n) {
     throw std::invalid_argument("losses: size " + std::to_string(losses.size()) +
                                 " does not match N = " + std::to_string(n));
   }
-  // Bindings may hand the batch's own buffers back: copying onto itself is not allowed.
-  std::span<float> grads = batch_.grads();  // host rows (staged for upload on a device)
-  if (gradients.data() != grads.data())
-    std::copy(gradients.begin(), gradients.end(), grads.begin());
-  if (losses.data() != batch_.losses_.data()) {
-    std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
+  // Validate before writing: without a single admissible pair nothing is written.
+  const float bound = magnitude_bound(d);
+  bool any_admissible = false;
+  for (std::size_t i = 0; i < n && !any_admissible; ++i) {
+    any_admissible = std::isfinite(losses[i]) && row_within(gradients.subspan(i * d, d), bound);
   }
-  return commit(batch_);
+  if (!any_admissible) throw nothing_to_commit(iteration_);
+
+  // The commit may still refuse (every step overflows): the rows this call
+  // replaces are kept until it succeeds. Bindings may hand the batch's own
+  // buffers back: copying onto itself is not allowed.
+  const std::vector<char> staged_before = batch_.gradient_staged_;
+  std::span<float> rows = batch_.grads();  // host rows (staged for upload on a device)
+  const bool own_rows = gradients.data() == rows.data();
+  const bool own_losses = losses.data() == batch_.losses_.data();
+  if (!own_rows) {
+    replaced_rows_.assign(rows.begin(), rows.end());
+    std::copy(gradients.begin(), gradients.end(), rows.begin());
+  }
+  const std::vector<double> losses_before = batch_.losses_;
+  if (!own_losses) std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
+  try {
+    return commit(batch_);
+  } catch (...) {
+    if (!own_rows) std::copy(replaced_rows_.begin(), replaced_rows_.end(), rows.begin());
+    batch_.losses_ = losses_before;
+    batch_.gradient_staged_ = staged_before;
+    throw;
+  }
 }
 
 const IterationInfo& Engine::commit(Batch& batch) {
   const int n = batch.size();
-  // Which pairs may enter the history, and which point the commit steps from.
-  backend_->check_gradients(batch, finite_);
-  int last_finite = -1;
+  // Which pairs may enter the history, and which point the commit steps from:
+  // the last admissible pair whose step stays finite and within the bound.
+  backend().check_gradients(batch, finite_);
   for (int i = 0; i < n; ++i) {
     char& ok = finite_[static_cast<std::size_t>(i)];
     ok = ok && std::isfinite(batch.loss(i)) ? 1 : 0;
-    if (ok) last_finite = i;
   }
-  if (last_finite < 0) {
-    throw std::runtime_error("tell: every gradient or loss of iteration " +
-                             std::to_string(iteration_) +
-                             " is non-finite; nothing was committed and the batch is still "
-                             "pending");
+  int c = -1;
+  for (int i = n - 1; i >= 0 && c < 0; --i) {
+    char& ok = finite_[static_cast<std::size_t>(i)];
+    if (!ok) continue;
+    if (backend().stage_step(batch, i)) {
+      c = i;
+    } else {
+      ok = 0;  // its step overflows: dropped like a non-finite pair
+    }
   }
+  if (c < 0) throw nothing_to_commit(iteration_);
   // From here on nothing throws: the state changes all at once.
-  const int c = last_finite;
-  const detail::CommitStats stats = backend_->commit(batch, c, finite_, batch.was_predicted_);
+  const detail::CommitStats stats = backend().commit(batch, c, finite_, batch.was_predicted_);
 
   IterationInfo info;
   info.lengthscale = lengthscale_;
@@ -255,7 +312,7 @@ const IterationInfo& Engine::commit(Batch& batch) {
   fitted_ = false;
   info.iteration = iteration_;
   info.evaluations = evaluations_;
-  info.iterate = backend_->iterate_if_host();
+  info.iterate = backend().iterate_if_host();
   info_ = info;
   return info_;
 }

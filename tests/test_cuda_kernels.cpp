@@ -4,7 +4,7 @@
 //   squared_distances, row_dots   a double reference (error bounds derived below)
 //                                 and streaming::squared_distances / dot
 //   covariance_vector             optex::covariance_value, within 4 ulp (why: below)
-//   rows_finite                   std::isfinite over each row
+//   rows_finite                   finite and within a bound, over each row
 //   store_values, load_values     detail::to_bf16 / from_bf16, bit for bit
 //   optimizer_step                streaming::weighted_sum and optex::apply_step,
 //                                 bit for bit: x, every state slot, the prediction
@@ -409,8 +409,9 @@ TEST_F(CudaKernels, CovarianceVectorMatchesCovarianceValue) {
 
 // NaN and infinities of both signs at the first, a middle (a later reduction
 // block) and the last coordinate, in different rows; rows of huge, tiny and
-// negative-zero values stay finite. The flags buffer starts as garbage.
-TEST_F(CudaKernels, RowsFiniteFlagsExactlyTheRowsWithANonFiniteValue) {
+// negative-zero values stay finite. With a bound of 2, the normal rows' larger
+// values count too. The flags buffer starts as garbage.
+TEST_F(CudaKernels, RowsFiniteFlagsExactlyTheRowsWithAValueOutsideTheBound) {
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (const std::size_t d :
@@ -434,16 +435,19 @@ TEST_F(CudaKernels, RowsFiniteFlagsExactlyTheRowsWithANonFiniteValue) {
     rows[6 * d + 0] = kInf;
     rows[8 * d + d - 1] = -kNaN;
     DeviceBuffer<float> d_rows = ToDevice(rows);
-    DeviceBuffer<int> flags = ToDevice(std::vector<int>(kRows, 7));
-    optex::cuda::rows_finite(d_rows.data(), kRows, d, flags.data(), stream_);
-    Sync();
-    const std::vector<int> gpu = ToHost(flags);
-    for (int r = 0; r < kRows; ++r) {
-      const auto begin =
-          rows.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * d);
-      const bool finite = std::all_of(begin, begin + static_cast<std::ptrdiff_t>(d),
-                                      [](float v) { return std::isfinite(v); });
-      EXPECT_EQ(gpu[static_cast<std::size_t>(r)], finite ? 1 : 0) << "row " << r;
+    for (const float bound : {std::numeric_limits<float>::max(), 2.0f}) {
+      SCOPED_TRACE("bound " + std::to_string(bound));
+      DeviceBuffer<int> flags = ToDevice(std::vector<int>(kRows, 7));
+      optex::cuda::rows_finite(d_rows.data(), kRows, d, bound, flags.data(), stream_);
+      Sync();
+      const std::vector<int> gpu = ToHost(flags);
+      for (int r = 0; r < kRows; ++r) {
+        const auto begin =
+            rows.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * d);
+        const bool within = std::all_of(begin, begin + static_cast<std::ptrdiff_t>(d),
+                                        [bound](float v) { return std::fabs(v) <= bound; });
+        EXPECT_EQ(gpu[static_cast<std::size_t>(r)], within ? 1 : 0) << "row " << r;
+      }
     }
   }
 }
@@ -459,7 +463,8 @@ TEST_F(CudaKernels, RowsFiniteOverManyRowsAndNoColumns) {
   }
   DeviceBuffer<float> d_rows = ToDevice(rows);
   DeviceBuffer<int> flags = ToDevice(std::vector<int>(kRows, 7));
-  optex::cuda::rows_finite(d_rows.data(), kRows, kD, flags.data(), stream_);
+  optex::cuda::rows_finite(d_rows.data(), kRows, kD, std::numeric_limits<float>::max(),
+                           flags.data(), stream_);
   Sync();
   const std::vector<int> gpu = ToHost(flags);
   for (int r = 0; r < kRows; ++r) {
@@ -467,7 +472,7 @@ TEST_F(CudaKernels, RowsFiniteOverManyRowsAndNoColumns) {
     ASSERT_EQ(gpu[static_cast<std::size_t>(r)], is_bad ? 0 : 1) << "row " << r;
   }
   flags = ToDevice(std::vector<int>(4, 7));
-  optex::cuda::rows_finite(nullptr, 4, 0, flags.data(), stream_);
+  optex::cuda::rows_finite(nullptr, 4, 0, 1.0f, flags.data(), stream_);
   Sync();
   EXPECT_EQ(ToHost(flags), std::vector<int>(4, 1));
 }

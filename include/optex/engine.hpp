@@ -8,11 +8,15 @@
 //     engine.tell(b);
 //   }
 //
-// Non-finite values: a pair whose gradient or loss is not finite is dropped:
-// it never enters the history, and the commit steps from the last point of
-// the batch whose pair is finite (replaying the proxy steps up to it, so the
-// optimizer state is exactly that point's). If no pair is finite, tell()
-// throws std::runtime_error and nothing changes: the batch stays pending.
+// Non-finite values: a pair whose gradient or loss is not finite, or whose
+// gradient has an entry above magnitude_bound(d), is dropped: it never enters
+// the history, and the commit steps from the last point of the batch whose
+// pair is admissible (replaying the proxy steps up to it, so the optimizer
+// state is exactly that point's). A pair whose step would leave the bound or
+// make the state non-finite is dropped too. If no pair remains, tell() throws
+// std::runtime_error and nothing changes: the batch stays pending. A proxy
+// step that leaves the bound, or non-finite GP weights, make ask() hold every
+// point at the iterate instead (DESIGN.md section 6).
 //
 // Devices: with Options::device = Device::cuda(k) the iterate, optimizer
 // state, history and batch rows live on GPU k, and an iteration moves nothing
@@ -134,7 +138,11 @@ class Engine {
 
  private:
   friend struct CheckpointAccess;
+  // The backend; throws std::logic_error on a moved-from engine.
+  detail::EngineBackend& backend() const;
   void refit_if_needed();
+  // Makes the pending batch hold every point at the iterate (no proxy steps).
+  void hold_batch();
   // Throws unless `batch` is this engine's pending batch.
   void check_pending_batch(const Batch& batch) const;
   const IterationInfo& commit(Batch& batch);
@@ -149,7 +157,8 @@ class Engine {
 
   // Per-iteration work space (allocated once).
   Batch batch_;
-  std::vector<char> finite_;  // per point: may its pair enter the history?
+  std::vector<char> finite_;          // per point: may its pair enter the history?
+  std::vector<float> replaced_rows_;  // the flat tell()'s copy of the rows it replaces
   bool pending_ = false;
   bool fitted_ = false;  // estimator matches history_ and lengthscale_
   std::uint64_t id_;

@@ -1,6 +1,10 @@
 #include "arrays.hpp"
 
+#include "optex/magnitude_bound.hpp"
+
+#include <algorithm>
 #include <array>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
@@ -14,13 +18,16 @@ std::string location(std::size_t index, std::size_t columns) {
   return "row " + std::to_string(index / columns) + ", column " + std::to_string(index % columns);
 }
 
-[[noreturn]] void reject_value(const char* name, std::size_t index, std::size_t columns,
-                               double value, const char* hint) {
+std::string repr(double value) {
   // The shortest text that reads back as the value, as Python's repr writes it.
   std::array<char, 32> text{};
   const auto written = std::to_chars(text.data(), text.data() + text.size(), value);
-  std::string msg = std::string(name) + ": " + location(index, columns) + " is " +
-                    std::string(text.data(), written.ptr);
+  return std::string(text.data(), written.ptr);
+}
+
+[[noreturn]] void reject_value(const char* name, std::size_t index, std::size_t columns,
+                               double value, const char* hint) {
+  std::string msg = std::string(name) + ": " + location(index, columns) + " is " + repr(value);
   if (std::isfinite(value)) msg += ", outside the float32 range";
   throw std::invalid_argument(msg + " (must be finite" + hint + ")");
 }
@@ -30,6 +37,22 @@ void require_finite_impl(std::span<const T> values, const char* name, std::size_
                          const char* hint) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) reject_value(name, i, columns, values[i], hint);
+  }
+}
+
+// Each value as float32 must be within `bound`.
+template <class T>
+void require_within_impl(std::span<const T> values, const char* name, std::size_t columns,
+                         float bound, const char* hint) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto rounded = static_cast<float>(values[i]);
+    if (within_bound(rounded, bound)) continue;
+    if (!std::isfinite(rounded)) reject_value(name, i, columns, values[i], hint);
+    throw std::invalid_argument(std::string(name) + ": " + location(i, columns) + " is " +
+                                repr(values[i]) + ", above the magnitude bound " + repr(bound) +
+                                " for dimension " +
+                                std::to_string(columns > 0 ? columns : values.size()) +
+                                " (must be finite and at most the bound" + hint + ")");
   }
 }
 
@@ -113,12 +136,21 @@ void require_finite(std::span<const double> values, const char* name, std::size_
   require_finite_impl(values, name, columns, hint);
 }
 
+void require_within(std::span<const float> values, const char* name, std::size_t columns,
+                    float bound, const char* hint) {
+  require_within_impl(values, name, columns, bound, hint);
+}
+
+void require_within(std::span<const double> values, const char* name, std::size_t columns,
+                    float bound, const char* hint) {
+  require_within_impl(values, name, columns, bound, hint);
+}
+
 void round_to_float32(std::span<const double> src, std::span<float> dst, const char* name,
                       std::size_t columns, bool check_finite, const char* hint) {
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    dst[i] = static_cast<float>(src[i]);
-    if (check_finite && !std::isfinite(dst[i])) reject_value(name, i, columns, src[i], hint);
-  }
+  if (check_finite) require_within_impl(src, name, columns, FLT_MAX, hint);  // before writing
+  std::transform(src.begin(), src.end(), dst.begin(),
+                 [](double v) { return static_cast<float>(v); });
 }
 
 void widen_to_float64(std::span<const float> src, std::span<double> dst) {

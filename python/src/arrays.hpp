@@ -48,9 +48,16 @@ void require_finite(std::span<const float> values, const char* name, std::size_t
 void require_finite(std::span<const double> values, const char* name, std::size_t columns,
                     const char* hint);
 
+// The same for values that must also be at most `bound` in magnitude after
+// rounding to float32 (optex::magnitude_bound for points and gradients).
+void require_within(std::span<const float> values, const char* name, std::size_t columns,
+                    float bound, const char* hint);
+void require_within(std::span<const double> values, const char* name, std::size_t columns,
+                    float bound, const char* hint);
+
 // Rounds src to float32 into dst (same size). With `check_finite`, a value that
 // is not finite after rounding (NaN, infinity, or a finite double outside the
-// float32 range) throws like require_finite.
+// float32 range) throws like require_finite, before anything is written.
 void round_to_float32(std::span<const double> src, std::span<float> dst, const char* name,
                       std::size_t columns, bool check_finite, const char* hint);
 

@@ -16,6 +16,7 @@
 #include "dlpack.hpp"
 #include "names.hpp"
 #include "optex/engine.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optimizers.hpp"
 #include "options.hpp"
 
@@ -168,17 +169,21 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
   require_c_contiguous(losses, "losses");
 
   const bool check = !drop_nonfinite;
-  Batch& batch = engine.ask();  // the pending batch: no work
+  const float bound = magnitude_bound(d);
   py::gil_scoped_release release;
   std::span<const float> g;
+  std::vector<float> rounded;
   if (is_float32(grads)) {
     g = values_of<float>(grads);
-    if (check) require_finite(g, "grads", d, kTellHint);
+    if (check) require_within(g, "grads", d, bound, kTellHint);
   } else {
-    // Rounded straight into the batch's gradient rows, which tell() accepts in place.
-    const std::span<float> rows = batch.grads();
-    round_to_float32(values_of<double>(grads), rows, "grads", d, check, kTellHint);
-    g = rows;
+    // Checked, then rounded into a buffer of its own: the batch's rows change
+    // only when tell() commits.
+    const auto values = values_of<double>(grads);
+    if (check) require_within(values, "grads", d, bound, kTellHint);
+    rounded.resize(values.size());
+    round_to_float32(values, rounded, "grads", d, false, kTellHint);
+    g = rounded;
   }
   std::vector<double> widened;
   std::span<const double> l;
@@ -292,7 +297,9 @@ Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
       std::string rows;
       for (const int i : bad) rows += (rows.empty() ? "" : ", ") + std::to_string(i);
       throw std::invalid_argument("grads: the gradient rows of points " + rows +
-                                  " (written through device_grads()) are not finite" + kTellHint);
+                                  " (written through device_grads()) are not finite or exceed "
+                                  "the magnitude bound " +
+                                  std::to_string(magnitude_bound(engine.dim())) + kTellHint);
     }
   }
   return Info(engine.tell(batch));

@@ -141,6 +141,10 @@ BAD_SPECS = [
     (lambda: [(2, optex.AdamW()), (1, optex.Adam()), (2, optex.Lion())], ValueError,
      "^optimizer ranges: range 2 is lion but range 0 is adam"),
     (lambda: [(2, optex.RmsProp()), (3, optex.Lion())], ValueError, "range 1 is lion but range 0 is rmsprop"),
+    # Hyperparameters beyond float32, where the steps would see infinity.
+    (lambda: [(2, optex.Sgd(lr=1e39)), (3, optex.Sgd())], ValueError,
+     r"^lr: must be at most 3.40282e\+38, the largest float32 \(the steps run in float32\), got 1e\+39$"),
+    (lambda: [(D, optex.Lion(weight_decay=1.7976931348623157e308))], ValueError, "^weight_decay: must be at most"),
 ]
 BAD_IDS = [f"spec{i}" for i in range(len(BAD_SPECS))]
 
@@ -217,11 +221,11 @@ def test_hyperparameters_that_cannot_exist_cannot_reach_a_range() -> None:
         (lambda: [(D, optex.Adam(lr=0.1))], optex.Adam(lr=0.1)),
         (lambda: [(np.int64(D), optex.Sgd())], optex.Sgd()),
         (lambda: optex.RmsProp(centered=True), optex.RmsProp(centered=True)),
-        # Huge but finite hyperparameters are valid values and come back exactly.
-        (lambda: [(2, optex.Sgd(lr=1.7976931348623157e308)), (3, optex.Sgd(weight_decay=1e300))],
-         [(2, optex.Sgd(lr=1.7976931348623157e308)), (3, optex.Sgd(weight_decay=1e300))]),
-        (lambda: [(4, optex.Lion(lr=5e-324, weight_decay=1e300)), (1, optex.Lion())],
-         [(4, optex.Lion(lr=5e-324, weight_decay=1e300)), (1, optex.Lion())]),
+        # The extremes of float32, where the steps run, are valid and come back exactly.
+        (lambda: [(2, optex.Sgd(lr=3.4028234663852886e38)), (3, optex.Sgd(weight_decay=1e38))],
+         [(2, optex.Sgd(lr=3.4028234663852886e38)), (3, optex.Sgd(weight_decay=1e38))]),
+        (lambda: [(4, optex.Lion(lr=5e-324, weight_decay=3e38)), (1, optex.Lion())],
+         [(4, optex.Lion(lr=5e-324, weight_decay=3e38)), (1, optex.Lion())]),
     ],
 )
 def test_accepted_specs_and_what_optimizer_returns(spec, expected) -> None:
@@ -545,9 +549,10 @@ def test_a_checkpoint_carries_the_ranges_and_continues_bit_for_bit(tmp_path: Pat
 
 # ---- property: any valid split round-trips ------------------------------------------------
 
+# Up to the largest float32: the steps run in float32.
 UNIT = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
-POSITIVE = st.floats(min_value=0.0, exclude_min=True, max_value=1e300)
-NON_NEGATIVE = st.floats(min_value=0.0, max_value=1e300)
+POSITIVE = st.floats(min_value=0.0, exclude_min=True, max_value=3.4028234663852886e38)
+NON_NEGATIVE = st.floats(min_value=0.0, max_value=3.4028234663852886e38)
 
 
 @st.composite

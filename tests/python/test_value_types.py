@@ -267,14 +267,18 @@ def test_out_of_range_values_name_the_parameter_and_value(cls) -> None:
         for value, text in bad_values(cls, field):
             with pytest.raises(ValueError, match=rf"^{field}: must be .*, got {re.escape(text)}$"):
                 cls(**{field: value})
-    # The largest and the smallest positive doubles are in range wherever there is no
-    # upper bound (decoupled weight decay bounds lr * weight_decay: the other one is
-    # made small or zero).
+    # The largest float32 and the smallest positive double are in range wherever there is
+    # no other upper bound (decoupled weight decay bounds lr * weight_decay: the other one
+    # is made small or zero); anything above float32's range is not, since the steps run
+    # in float32.
     decoupled = cls.__name__ in ("AdamW", "Lion")
     for field in cls.hyperparameters:
         if is_flag(cls, field) or field in UNIT_INTERVAL:
             continue
-        for extreme in (1.7976931348623157e308, 5e-324):
+        with pytest.raises(ValueError, match=rf"^{field}: must be at most 3.40282e\+38, the "
+                           r"largest float32 \(the steps run in float32\), got 1.79769e\+308$"):
+            cls(**{field: 1.7976931348623157e308})
+        for extreme in (3.4028234663852886e38, 5e-324):
             kwargs = {field: extreme}
             if decoupled and field == "lr":
                 kwargs["weight_decay"] = 0.0

@@ -115,17 +115,24 @@ class EngineBackend {
   // (a copy of point i-1 for hold). `oracle` is used by ProxySource::oracle only.
   virtual void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) = 0;
   // Ends ask(): waits for the device, and returns false if any GP weight of
-  // this batch's proxy steps was not finite.
+  // this batch's proxy steps was not finite, a point left the magnitude bound
+  // or the work state is not finite (the engine then holds the batch instead).
   virtual bool finish_batch(Batch& batch) = 0;
 
   // Uploads rows the caller wrote through host views, then sets finite[i] to
-  // whether gradient row i is entirely finite.
+  // whether gradient row i is finite and within magnitude_bound(d).
   virtual void check_gradients(Batch& batch, std::span<char> finite) = 0;
-  // The commit, which must not throw: next iterate := step from point c with
-  // gradient c (replaying the proxy steps 0..c-1 from the iterate when
-  // c < N-1 and the batch's proxy steps were applied); pairs with keep[i]
-  // enter the history in order; state and iterate advance. Cosines are taken
-  // between predicted and true rows i < N-1 with keep[i] and predicted[i].
+  // The step tell() would commit from point c, into scratch only: next
+  // iterate := step from point c with gradient c (replaying the proxy steps
+  // 0..c-1 from the iterate when c < N-1, or when the work state ask() left
+  // was spent by an earlier call, and the batch's proxy steps were applied).
+  // Returns whether the next iterate is within the magnitude bound and the
+  // next state finite. Changes nothing anyone can observe.
+  virtual bool stage_step(Batch& batch, int c) = 0;
+  // The commit, which must not throw, right after stage_step(batch, c)
+  // returned true: pairs with keep[i] enter the history in order; the staged
+  // state and iterate become the current ones. Cosines are taken between
+  // predicted and true rows i < N-1 with keep[i] and predicted[i].
   virtual CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                              std::span<const char> predicted) = 0;
 };

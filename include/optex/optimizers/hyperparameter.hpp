@@ -5,6 +5,7 @@
 // edited when an optimizer is added.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -83,13 +84,19 @@ inline void require(std::string_view name, double v, Requirement requirement) {
   if (!satisfies(v, requirement)) reject(name, v, requirement_text(requirement));
 }
 
-// Checks each field against its requirement, in order; the first failure
-// throws std::invalid_argument naming the field and the value.
+// Checks each field against its requirement and the float32 range, in order;
+// the first failure throws std::invalid_argument naming the field and the value.
 template <class Optimizer>
 void check_hyperparameters(const Optimizer& o) {
   for_each_hyperparameter<Optimizer>([&](const auto& field) {
     if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, double>) {
-      require(field.name, o.*field.member, field.requirement);
+      const double v = o.*field.member;
+      require(field.name, v, field.requirement);
+      // The steps compute in float32, where a larger value is infinite.
+      if (std::fabs(v) > static_cast<double>(FLT_MAX)) {
+        reject(field.name, v,
+               "at most 3.40282e+38, the largest float32 (the steps run in float32)");
+      }
     }
   });
 }
