@@ -19,7 +19,7 @@ class OutputFile {
   OutputFile(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {
     errno = 0;
     file_.open(path_);
-    if (!file_) fail("cannot open");
+    if (!file_) fail("cannot open", "");
   }
 
   // The text goes to memory first: the one write in finish() then sees the OS's
@@ -32,16 +32,17 @@ class OutputFile {
     errno = 0;
     file_.write(text.data(), static_cast<std::streamsize>(text.size()));
     file_.flush();
-    if (!file_) fail("writing failed");
+    if (!file_) fail("writing", " failed");
     file_.close();
-    if (!file_) fail("closing failed");
+    if (!file_) fail("closing", " failed");
   }
 
  private:
-  [[noreturn]] void fail(const char* what) const {
+  // "--json: writing '/dev/full' failed: No space left on device".
+  [[noreturn]] void fail(const char* doing, const char* outcome) const {
     const int error = errno;
-    throw std::runtime_error(flag_ + ": " + what + " for '" + path_ +
-                             "': " + (error != 0 ? std::strerror(error) : "unknown error"));
+    throw std::runtime_error(flag_ + ": " + doing + " '" + path_ + "'" + outcome + ": " +
+                             (error != 0 ? std::strerror(error) : "unknown error"));
   }
 
   std::string flag_, path_;
