@@ -21,9 +21,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optex/detail/bf16.hpp>
@@ -350,7 +352,8 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");
     if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      std::fprintf(stderr, "--json: cannot open '%s': %s\n", json_path.c_str(),
+                   std::strerror(errno));
       return 1;
     }
     std::fprintf(f,
@@ -383,7 +386,14 @@ int main(int argc, char** argv) {
       std::fprintf(f, "    ]}%s\n", v + 1 < kCount ? "," : "");
     }
     std::fprintf(f, "  }\n}\n");
-    std::fclose(f);
+    // A full disk shows at the flush or the close: the file is lost, so say so.
+    const bool lost = std::fflush(f) != 0 || std::ferror(f) != 0;
+    const int error = errno;
+    if (std::fclose(f) != 0 || lost) {
+      std::fprintf(stderr, "--json: writing '%s' failed: %s\n", json_path.c_str(),
+                   std::strerror(lost ? error : errno));
+      return 1;
+    }
   }
   return 0;
 }

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optex/distributed_engine.hpp>
 #include <optex/mpi_communicator.hpp>
@@ -27,6 +26,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "list_flag.hpp"
+#include "output_file.hpp"
 
 namespace {
 
@@ -75,11 +77,24 @@ std::pair<double, double> time_iterations(optex::DistributedEngine& engine, cons
   return {median(wall), median(comm)};
 }
 
+// "1e3,1e4": positive integers, no empty or repeated item.
 std::vector<std::size_t> parse_dims(const std::string& list) {
   std::vector<std::size_t> dims;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) dims.push_back(static_cast<std::size_t>(std::stod(item)));
+  for (const std::string& item : optex_bench::split_list("--comm-dims", list)) {
+    std::size_t used = 0;
+    double v = 0.0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || !(v >= 1.0 && v <= 1e12) || v != std::floor(v)) {
+      throw std::invalid_argument("--comm-dims: item '" + item + "' of '" + list +
+                                  "' is not an integer in [1, 1e12]");
+    }
+    dims.push_back(static_cast<std::size_t>(v));
+  }
+  optex_bench::refuse_repeats("--comm-dims", list, dims);
   return dims;
 }
 
@@ -118,6 +133,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  // Every rank parses the same text, so every rank stops here alike.
+  std::vector<std::size_t> dims;
+  try {
+    dims = parse_dims(comm_dims);
+  } catch (const std::invalid_argument& e) {
+    if (rank == 0) std::fprintf(stderr, "distributed_scaling: error: %s\n", e.what());
+    return 2;
   }
 
   // Calibrate the objective's cost on rank 0; every rank uses its count.
@@ -176,7 +199,7 @@ int main(int argc, char** argv) {
   std::vector<CommRow> comm_rows;
   optex::Options cheap = options;
   cheap.history = 8;  // memory: the history is T0 x d per rank
-  for (std::size_t d : parse_dims(comm_dims)) {
+  for (std::size_t d : dims) {
     const std::vector<float> start = optex::problems::Sphere().standard_start(d);
     optex::DistributedEngine e(start, adam, cheap, world);
     time_iterations(e, optex::problems::Sphere(), 2);  // warm-up: first-touch of buffers
@@ -201,25 +224,37 @@ int main(int argc, char** argv) {
     md << "| " << r.dim << " | " << r.wall << " | " << r.comm << " | " << r.megabytes << " |\n";
   }
   std::printf("%s", md.str().c_str());
-  if (!markdown_path.empty()) std::ofstream(markdown_path) << md.str();
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << "{\n  \"world_size\": " << size << ",\n  \"parallelism\": " << parallelism
-        << ",\n  \"dim\": " << dim << ",\n  \"gradient_seconds\": " << measured_cost
-        << ",\n  \"single_rank_seconds_per_iteration\": " << t1
-        << ",\n  \"world_seconds_per_iteration\": " << tw << ",\n  \"efficiency\": " << efficiency
-        << ",\n  \"single_rank_runs\": [";
-    for (std::size_t k = 0; k < single.size(); ++k) out << (k ? ", " : "") << single[k];
-    out << "],\n  \"world_runs\": [";
-    for (std::size_t k = 0; k < all.size(); ++k) out << (k ? ", " : "") << all[k];
-    out << "],\n  \"communication\": [\n";
-    for (std::size_t k = 0; k < comm_rows.size(); ++k) {
-      const CommRow& r = comm_rows[k];
-      out << "    {\"dim\": " << r.dim << ", \"wall_seconds\": " << r.wall
-          << ", \"collective_seconds\": " << r.comm << ", \"megabytes_sent\": " << r.megabytes
-          << "}" << (k + 1 < comm_rows.size() ? "," : "") << "\n";
+  std::ostringstream json;
+  json << "{\n  \"world_size\": " << size << ",\n  \"parallelism\": " << parallelism
+       << ",\n  \"dim\": " << dim << ",\n  \"gradient_seconds\": " << measured_cost
+       << ",\n  \"single_rank_seconds_per_iteration\": " << t1
+       << ",\n  \"world_seconds_per_iteration\": " << tw << ",\n  \"efficiency\": " << efficiency
+       << ",\n  \"single_rank_runs\": [";
+  for (std::size_t k = 0; k < single.size(); ++k) json << (k ? ", " : "") << single[k];
+  json << "],\n  \"world_runs\": [";
+  for (std::size_t k = 0; k < all.size(); ++k) json << (k ? ", " : "") << all[k];
+  json << "],\n  \"communication\": [\n";
+  for (std::size_t k = 0; k < comm_rows.size(); ++k) {
+    const CommRow& r = comm_rows[k];
+    json << "    {\"dim\": " << r.dim << ", \"wall_seconds\": " << r.wall
+         << ", \"collective_seconds\": " << r.comm << ", \"megabytes_sent\": " << r.megabytes << "}"
+         << (k + 1 < comm_rows.size() ? "," : "") << "\n";
+  }
+  json << "  ]\n}\n";
+  try {
+    if (!markdown_path.empty()) {
+      optex_bench::OutputFile file("--markdown", markdown_path);
+      file.stream() << md.str();
+      file.finish();
     }
-    out << "  ]\n}\n";
+    if (!json_path.empty()) {
+      optex_bench::OutputFile file("--json", json_path);
+      file.stream() << json.str();
+      file.finish();
+    }
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "distributed_scaling: error: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

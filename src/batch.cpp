@@ -1,37 +1,59 @@
 #include "optex/batch.hpp"
 
 #include <algorithm>
+#include <string>
+#include <vector>
+
+#include "optex/detail/allocation.hpp"
 
 namespace optex {
 
+namespace {
+
+// The host rows of a batch, zeroed: points and gradients (n each), predictions (n - 1).
+void allocate_rows(int n, std::size_t d, std::vector<float>& points, std::vector<float>& grads,
+                   std::vector<float>& predicted) {
+  const auto rows = static_cast<std::size_t>(n);
+  const std::size_t predicted_rows = rows > 1 ? rows - 1 : 0;
+  const std::string what =
+      "batch: parallelism " + std::to_string(n) + " at dimension " + std::to_string(d);
+  const char* contents = "fp32 points, gradients and predicted gradients";
+  const std::size_t bytes =
+      detail::checked_bytes(what, contents, {2 * rows + predicted_rows, d}, sizeof(float));
+  // All or nothing: a failure leaves the rows as they were.
+  detail::allocate_or_explain(what, contents, bytes, [&] {
+    std::vector<float> new_points(rows * d), new_grads(rows * d), new_predicted(predicted_rows * d);
+    points.swap(new_points);
+    grads.swap(new_grads);
+    predicted.swap(new_predicted);
+  });
+}
+
+}  // namespace
+
 void Batch::allocate(int n, std::size_t d, Device device) {
+  const auto rows = static_cast<std::size_t>(n);
+  if (!device.is_cuda()) {
+    allocate_rows(n, d, points_, grads_, predicted_);
+  } else {  // host copies are allocated on first use, at the new size
+    points_.clear();
+    grads_.clear();
+    predicted_.clear();
+  }
   size_ = n;
   dim_ = d;
   device_ = device;
-  const auto rows = static_cast<std::size_t>(n);
   losses_.assign(rows, 0.0);
   seeds_.assign(rows, 0);
   was_predicted_.assign(rows, 0);
   point_copied_.assign(rows, 0);
   predicted_copied_.assign(rows, 0);
   gradient_staged_.assign(rows, 0);
-  if (device.is_cuda()) {  // host copies are allocated on first use, at the new size
-    points_.clear();
-    grads_.clear();
-    predicted_.clear();
-    return;
-  }
-  points_.assign(rows * d, 0.0f);
-  grads_.assign(rows * d, 0.0f);
-  predicted_.assign(static_cast<std::size_t>(n > 1 ? n - 1 : 0) * d, 0.0f);
 }
 
 void Batch::allocate_host_copies() const {
   if (!points_.empty()) return;
-  const auto rows = static_cast<std::size_t>(size_);
-  points_.assign(rows * dim_, 0.0f);
-  grads_.assign(rows * dim_, 0.0f);
-  predicted_.assign(static_cast<std::size_t>(size_ > 1 ? size_ - 1 : 0) * dim_, 0.0f);
+  allocate_rows(size_, dim_, points_, grads_, predicted_);
 }
 
 void Batch::host_point_rows(int begin, int end) const {

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <string>
 
+#include "optex/detail/allocation.hpp"
 #include "optex/detail/engine_backend.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/magnitude_bound.hpp"
@@ -177,7 +179,19 @@ class CpuBackend final : public EngineBackend {
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
                                                 const Options& options) {
-  return std::make_unique<CpuBackend>(x0, optimizer, options);
+  // The history, its statistics, the estimator and the optimizer state name
+  // themselves when they fail; what is left is the iterate, its next value and
+  // the working copy of the optimizer state.
+  const std::size_t d = x0.size();
+  const std::string what = "iterate: dimension " + std::to_string(d);
+  const std::string contents = "fp32 iterate, next iterate and a working copy of " +
+                               std::to_string(optimizer.state_slots().count()) +
+                               " optimizer state slots";
+  const std::size_t bytes = checked_bytes(
+      what, contents, {2 + static_cast<std::size_t>(optimizer.state_slots().count()), d},
+      sizeof(float));
+  return allocate_or_explain(what, contents, bytes,
+                             [&] { return std::make_unique<CpuBackend>(x0, optimizer, options); });
 }
 
 }  // namespace optex::detail

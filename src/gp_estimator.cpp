@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "optex/detail/allocation.hpp"
 #include "optex/streaming.hpp"
 
 namespace optex {
@@ -36,20 +37,23 @@ void covariance_matrix(const HistoryGram& history, Covariance kernel, double sca
 
 GpGradientEstimator::GpGradientEstimator(Covariance kernel, double noise, InputScaling scaling,
                                          std::size_t capacity)
-    : kernel_(kernel),
-      noise_(noise),
-      scaling_(scaling),
-      covariance_(capacity, capacity),
-      cholesky_(static_cast<Eigen::Index>(capacity)),
-      distances_(capacity),
-      weights_(static_cast<Eigen::Index>(capacity)) {
+    : kernel_(kernel), noise_(noise), scaling_(scaling) {
   if (!std::isfinite(noise) || noise < 0.0) {
     throw std::invalid_argument("noise: must be finite and >= 0, got " + std::to_string(noise));
   }
-  // Eigen leaves an unfactorised LLT's status uninitialised, which moving the
-  // estimator would copy (undefined behaviour): factorise a harmless identity.
-  cholesky_.compute(Eigen::MatrixXd::Identity(static_cast<Eigen::Index>(capacity),
-                                              static_cast<Eigen::Index>(capacity)));
+  const std::string what = "estimator: history capacity " + std::to_string(capacity);
+  const char* contents = "fp64 covariance and its Cholesky factor";
+  const std::size_t bytes =
+      detail::checked_bytes(what, contents, {2, capacity, capacity}, sizeof(double));
+  const auto n = static_cast<Eigen::Index>(capacity);
+  detail::allocate_or_explain(what, contents, bytes, [&] {
+    covariance_.resize(n, n);
+    distances_.resize(capacity);
+    weights_.resize(n);
+    // Eigen leaves an unfactorised LLT's status uninitialised, which moving the
+    // estimator would copy (undefined behaviour): factorise a harmless identity.
+    cholesky_.compute(Eigen::MatrixXd::Identity(n, n));
+  });
 }
 
 void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale) {

@@ -4,18 +4,40 @@
 #include <stdexcept>
 #include <string>
 
+#include "optex/detail/allocation.hpp"
 #include "optex/streaming.hpp"
 
 namespace optex {
 
-GradientHistory::GradientHistory(std::size_t capacity, std::size_t dim)
-    : HistoryGram(capacity),
-      dim_(dim),
-      points_(capacity * dim),
-      gradients_(capacity * dim),
-      scratch_distances_(capacity, 0.0),
-      scratch_inner_(capacity, 0.0) {
+namespace {
+
+std::string describe(std::size_t capacity, std::size_t dim) {
+  return "history: " + std::to_string(capacity) + " points of dimension " + std::to_string(dim);
+}
+constexpr const char* kContents = "fp32 points and gradients";
+
+// Checks dim and the bytes of the points and gradients before the base class
+// allocates its statistics.
+std::size_t checked_capacity(std::size_t capacity, std::size_t dim) {
   if (dim == 0) throw std::invalid_argument("history: dim must be >= 1, got 0");
+  (void)detail::checked_bytes(describe(capacity, dim), kContents, {2, capacity, dim},
+                              sizeof(float));
+  return capacity;
+}
+
+}  // namespace
+
+GradientHistory::GradientHistory(std::size_t capacity, std::size_t dim)
+    : HistoryGram(checked_capacity(capacity, dim)), dim_(dim) {
+  const std::string what = describe(capacity, dim);
+  const std::size_t bytes =
+      detail::checked_bytes(what, kContents, {2, capacity, dim}, sizeof(float));
+  detail::allocate_or_explain(what, kContents, bytes, [&] {
+    points_.resize(capacity * dim);
+    gradients_.resize(capacity * dim);
+    scratch_distances_.assign(capacity, 0.0);
+    scratch_inner_.assign(capacity, 0.0);
+  });
 }
 
 void GradientHistory::push(std::span<const float> point, std::span<const float> gradient) {

@@ -1,15 +1,23 @@
 #include "optex/history_gram.hpp"
 
 #include <stdexcept>
+#include <string>
+
+#include "optex/detail/allocation.hpp"
 
 namespace optex {
 
-HistoryGram::HistoryGram(std::size_t capacity)
-    : capacity_(capacity),
-      squared_distances_(capacity * capacity, 0.0),
-      squared_norms_(capacity, 0.0),
-      gradient_gram_(capacity * capacity, 0.0) {
+HistoryGram::HistoryGram(std::size_t capacity) : capacity_(capacity) {
   if (capacity == 0) throw std::invalid_argument("history: capacity must be >= 1, got 0");
+  const std::string what = "history: capacity " + std::to_string(capacity);
+  const char* contents = "fp64 distance and gradient Gram matrices";
+  const std::size_t bytes =
+      detail::checked_bytes(what, contents, {2, capacity, capacity}, sizeof(double));
+  detail::allocate_or_explain(what, contents, bytes, [&] {
+    squared_distances_.assign(capacity * capacity, 0.0);
+    squared_norms_.assign(capacity, 0.0);
+    gradient_gram_.assign(capacity * capacity, 0.0);
+  });
 }
 
 std::size_t HistoryGram::advance() {

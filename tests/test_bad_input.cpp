@@ -177,6 +177,15 @@ TEST(BadInput, Parallelism) {
   }
 }
 
+// The preset refuses a bad parallelism itself, not at the first Engine built from it.
+TEST(BadInput, ReferenceParallelism) {
+  for (int n : {0, -3}) {
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>([n] { (void)Options::reference(n); },
+                                                  {"parallelism", std::to_string(n)}));
+  }
+  EXPECT_EQ(Options::reference(1).parallelism, 1);
+}
+
 TEST(BadInput, History) {
   for (int t0 : {0, -1, optex::kMaxHistory + 1, 1'000'000}) {
     Options o;

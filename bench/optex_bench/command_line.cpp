@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../list_flag.hpp"
 #include "methods.hpp"
 #include "optex/optimizer.hpp"
 #include "presets.hpp"
@@ -49,7 +50,7 @@ long long parse_integer(std::string_view flag, const std::string& text, long lon
 // The raw text of every flag; applied on top of the preset only when given.
 struct RawFlags {
   std::string preset = "default";
-  std::vector<std::string> problems, parallelism, methods;
+  std::string problems, parallelism, methods;  // comma-separated lists
   std::string dim, iterations, optimizer, lr, seeds, tuning_seeds, noise, clip, target_loss,
       lr_grid;
   bool rotated = false;
@@ -64,17 +65,17 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
   }
   const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
   if (given("--problem")) {
-    if (raw.problems.empty()) reject("--problem", "", "needs at least one problem name");
-    s.problems = raw.problems;
+    s.problems = split_list("--problem", raw.problems);
+    refuse_repeats("--problem", raw.problems, s.problems);
   }
   if (given("--dim"))
     s.dim = static_cast<std::size_t>(parse_integer("--dim", raw.dim, 1, 1'000'000'000));
   if (given("--parallelism")) {
     s.parallelism.clear();
-    for (const std::string& n : raw.parallelism) {
+    for (const std::string& n : split_list("--parallelism", raw.parallelism)) {
       s.parallelism.push_back(static_cast<int>(parse_integer("--parallelism", n, 1, 1024)));
     }
-    if (s.parallelism.empty()) reject("--parallelism", "", "needs at least one value");
+    refuse_repeats("--parallelism", raw.parallelism, s.parallelism);
   }
   if (given("--iterations")) {
     s.iterations = static_cast<int>(parse_integer("--iterations", raw.iterations, 1, 10'000'000));
@@ -111,10 +112,7 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
   if (given("--lr-grid")) {
     s.lr_grid.clear();
     if (raw.lr_grid != "none") {
-      std::size_t start = 0;
-      while (start <= raw.lr_grid.size()) {
-        const auto comma = raw.lr_grid.find(',', start);
-        const std::string item = raw.lr_grid.substr(start, comma - start);
+      for (const std::string& item : split_list("--lr-grid", raw.lr_grid)) {
         double factor = 0.0;
         try {
           factor = parse_real("--lr-grid", item);
@@ -126,15 +124,13 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
                  "needs numbers > 0, comma-separated, or none ('" + item + "' is not)");
         }
         s.lr_grid.push_back(factor);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
       }
+      refuse_repeats("--lr-grid", raw.lr_grid, s.lr_grid);
     }
   }
-  if (given("--methods")) {
-    if (raw.methods.empty()) reject("--methods", "", "needs at least one method");
-    s.methods = raw.methods;
-  }
+  // Repeated methods are refused by name once parsed (main.cpp): "optex[history=8]"
+  // and "optex" are different methods.
+  if (given("--methods")) s.methods = split_list("--methods", raw.methods);
   return s;
 }
 
@@ -170,12 +166,9 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   app.add_option("--problem", raw.problems,
                  "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
                  "griewank, styblinski_tang, schwefel, each also as rotated_<name>")
-      ->delimiter(',')
       ->type_name("LIST");
   app.add_option("--dim", raw.dim, "dimension d (rotated problems: d <= 4096)")->type_name("INT");
-  app.add_option("--parallelism", raw.parallelism, "N, comma-separated list")
-      ->delimiter(',')
-      ->type_name("LIST");
+  app.add_option("--parallelism", raw.parallelism, "N, comma-separated list")->type_name("LIST");
   app.add_option("--iterations", raw.iterations, "sequential rounds per run")->type_name("INT");
   app.add_option("--optimizer", raw.optimizer,
                  "base optimizer, with its defaults but --lr: " + optex::optimizer_names())
@@ -197,7 +190,6 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
       ->type_name("FLOAT");
   app.add_option("--methods", raw.methods,
                  "methods to compare, comma-separated (vanilla always runs)")
-      ->delimiter(',')
       ->type_name("LIST");
   app.add_option("--lr-grid", raw.lr_grid,
                  "lr multiples tried on the tuning seeds, comma-separated, or none")

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "../output_file.hpp"
 #include "command_line.hpp"
 #include "experiment.hpp"
 #include "methods.hpp"
@@ -88,11 +88,14 @@ std::vector<MethodSpec> build_methods(const Settings& s, bool quiet) {
 }
 
 // Opens an output file before the (possibly long) run, so a bad path fails first.
-std::unique_ptr<std::ofstream> open_output(const std::string& flag, const std::string& path) {
+std::unique_ptr<optex_bench::OutputFile> open_output(const std::string& flag,
+                                                     const std::string& path) {
   if (path.empty()) return nullptr;
-  auto out = std::make_unique<std::ofstream>(path);
-  if (!*out) throw std::invalid_argument(flag + ": cannot write '" + path + "'");
-  return out;
+  try {
+    return std::make_unique<optex_bench::OutputFile>(flag, path);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 }  // namespace
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
 
   std::vector<Task> tasks;
   std::vector<MethodSpec> methods;
-  std::unique_ptr<std::ofstream> json, markdown;
+  std::unique_ptr<optex_bench::OutputFile> json, markdown;
   try {
     tasks = build_tasks(settings);
     methods = build_methods(settings, cl.quiet);
@@ -142,11 +145,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "optex-bench: %lld runs in %.1f s\n", static_cast<long long>(total),
                  seconds);
   }
-  if (json) optex_bench::write_json(*json, meta, settings, methods, outcomes, summary);
-  if (markdown) optex_bench::write_markdown(*markdown, meta, settings, summary);
-  if ((json && !*json) || (markdown && !*markdown)) {
-    std::cerr << "optex-bench: error: writing the output files failed\n";
-    return 1;
+  if (json) optex_bench::write_json(json->stream(), meta, settings, methods, outcomes, summary);
+  if (markdown) optex_bench::write_markdown(markdown->stream(), meta, settings, summary);
+  // Each file is finished on its own: one lost file does not lose the other.
+  int status = 0;
+  for (const auto* file : {&json, &markdown}) {
+    if (!*file) continue;
+    try {
+      (*file)->finish();
+    } catch (const std::runtime_error& e) {
+      std::cerr << "optex-bench: error: " << e.what() << "\n";
+      status = 1;
+    }
   }
-  return 0;
+  return status;
 }

@@ -64,6 +64,12 @@ void parse_override(std::string_view method, std::string_view item, OptionOverri
   }
   const std::string_view key = item.substr(0, eq);
   const std::string_view value = item.substr(eq + 1);
+  // The last of two settings would win silently.
+  if ((key == "history" && out.history) || (key == "lengthscale" && out.selection) ||
+      (key == "kernel" && out.kernel)) {
+    throw std::invalid_argument("method '" + std::string(method) + "': option '" +
+                                std::string(key) + "' is given twice");
+  }
   if (key == "history") {
     const double h = parse_number(method, key, value);
     if (h != std::floor(h) || h < 1 || h > optex::kMaxHistory) {

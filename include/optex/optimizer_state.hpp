@@ -4,7 +4,10 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "optex/detail/allocation.hpp"
 
 namespace optex {
 
@@ -52,11 +55,17 @@ struct OptimizerState {
 
 // A fresh state: zero in every slot of `used`, step 0.
 inline OptimizerState zero_state(StateSlots used, std::size_t dim) {
-  OptimizerState s;
-  for (int j = 0; j < kMaxStateSlots; ++j) {
-    if (used.uses(j)) s.slots[static_cast<std::size_t>(j)].assign(dim, 0.0f);
-  }
-  return s;
+  const std::string what = "optimizer state: dimension " + std::to_string(dim);
+  const std::string contents = std::to_string(used.count()) + " fp32 slots";
+  const std::size_t bytes = detail::checked_bytes(
+      what, contents, {static_cast<std::size_t>(used.count()), dim}, sizeof(float));
+  return detail::allocate_or_explain(what, contents, bytes, [&] {
+    OptimizerState s;
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (used.uses(j)) s.slots[static_cast<std::size_t>(j)].assign(dim, 0.0f);
+    }
+    return s;
+  });
 }
 
 }  // namespace optex

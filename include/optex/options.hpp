@@ -82,7 +82,8 @@ struct Options {
 
   // The reference semantics of the authors' JAX code: Matern-5/2,
   // lengthscale 0.1 on inputs divided by mean sqrt(||x_j||), noise 1e-3,
-  // T0 = 50, zero gradient before two history points, no selection.
+  // T0 = 50, zero gradient before two history points, no selection. Throws
+  // std::invalid_argument at once for a parallelism < 1.
   static Options reference(int parallelism = 5) {
     Options o;
     o.parallelism = parallelism;
@@ -93,6 +94,7 @@ struct Options {
     o.input_scaling = InputScaling::reference_mean_sqrt_norm;
     o.warmup = Warmup::zero_gradient;
     o.lengthscale_selection = LengthscaleSelection::fixed;
+    o.validate();
     return o;
   }
 

@@ -5,8 +5,11 @@
     res.x, res.fun, res.nit, res.n_gradient_evaluations, res.stop_reason
 
 ``fun_and_grad(x) -> (loss, grad)`` receives one point, a read-only float32 (d,)
-array, and returns the loss and the gradient (a float32 or float64 array-like of
-shape (d,)), the convention of ``scipy.optimize.minimize(..., jac=True)``.
+array, and returns the loss and the gradient (a float32 or float64 array, or a
+list, of shape (d,)), the convention of ``scipy.optimize.minimize(..., jac=True)``.
+The gradient follows :meth:`OptEx.tell`'s rule: another dtype (int64, float16) or
+shape raises the same ValueError, naming the point. A NaN or infinite gradient or
+loss drops its pair, as ``tell(..., drop_nonfinite=True)`` does.
 
 Threads (the default) give real parallelism when the objective releases the GIL
 (numpy, torch, C extensions, subprocesses). An objective written in pure Python
@@ -65,7 +68,7 @@ def _evaluate(fun_and_grad: Objective, x: np.ndarray, seed: int | None) -> tuple
             "fun_and_grad: must return a (loss, grad) tuple, got " + type(out).__name__
         )
     loss, grad = out
-    return float(loss), np.asarray(grad)
+    return float(loss), grad
 
 
 def _executor(workers: str, count: int, mp_context: str | None) -> Executor:
@@ -196,9 +199,25 @@ def minimize(
     )
 
 
-def _checked_gradient(grad: np.ndarray, dim: int, i: int) -> np.ndarray:
-    if grad.shape != (dim,):
+def _checked_gradient(grad: Any, dim: int, i: int) -> np.ndarray:
+    """The gradient of point i under OptEx.tell()'s rule, or the same ValueError.
+
+    Lists and tuples are read as float64; arrays must be float32 or float64 (an
+    int64 or float16 gradient is refused, never cast). Checked before tell().
+    """
+    name = f"fun_and_grad: the gradient at point {i}"
+    try:
+        if isinstance(grad, (list, tuple)):
+            grad = np.asarray(grad, dtype=np.float64)
+        else:
+            grad = np.asarray(grad)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} cannot be converted to a float array") from e
+    if grad.dtype not in (np.float32, np.float64):
         raise ValueError(
-            f"fun_and_grad: the gradient at point {i} has shape {grad.shape}, expected ({dim},)"
+            f"{name}: dtype {grad.dtype} is not supported: return float32 or float64 "
+            "(for example grad.astype(numpy.float32))"
         )
+    if grad.shape != (dim,):
+        raise ValueError(f"{name} has shape {grad.shape}, expected ({dim},)")
     return grad

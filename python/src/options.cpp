@@ -250,15 +250,27 @@ a new Options with both keywords.
         },
         f.doc);
   }
-  cls.def_static(
-      "reference", [](int parallelism) { return Options::reference(parallelism); },
-      // The C++ default argument of Options::reference.
-      py::arg("parallelism") = 5,
-      R"doc(The reference semantics of the authors' JAX code: Matern-5/2,
+  {
+    // The field's own conversion: the same TypeError or ValueError as
+    // Options(parallelism=...), raised here rather than at the first OptEx.
+    py::options written_signature;
+    written_signature.disable_function_signatures();
+    cls.def_static(
+        "reference",
+        [](const py::object& parallelism) {
+          return Options::reference(to_int(parallelism, "parallelism"));
+        },
+        // The C++ default argument of Options::reference.
+        py::arg("parallelism") = 5,
+        R"doc(reference(parallelism: int = 5) -> Options
+
+The reference semantics of the authors' JAX code: Matern-5/2,
 lengthscale 0.1 on inputs divided by the mean of sqrt(||x_j||), noise 1e-3,
 history 50, a zero predicted gradient before two history points exist, no
-lengthscale selection.
+lengthscale selection. A parallelism < 1 raises ValueError, a non-int TypeError,
+both naming parallelism.
 )doc");
+  }
   cls.def("__repr__", [](const Options& o) {
     std::string out = "Options(";
     for (std::size_t i = 0; i < kFields.size(); ++i) {

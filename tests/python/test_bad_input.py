@@ -111,6 +111,25 @@ def test_option_keywords_of_the_wrong_type(kwargs, message) -> None:
         optex.Options(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("parallelism", "error", "message"),
+    [
+        (0, ValueError, "parallelism: must be >= 1, got 0"),
+        (-2, ValueError, "parallelism: must be >= 1, got -2"),
+        (2**40, ValueError, "parallelism: 1099511627776 is out of range"),
+        (2.0, TypeError, "parallelism: expected an int, got float"),
+        (True, TypeError, "parallelism: expected an int, got bool"),
+    ],
+)
+def test_the_reference_preset_refuses_a_bad_parallelism_at_once(parallelism, error, message) -> None:
+    # The same refusal as the field's, from the factory itself, not the first OptEx.
+    with pytest.raises(error, match=message):
+        optex.Options.reference(parallelism)
+    with pytest.raises(error, match=message):
+        optex.Options(parallelism=parallelism)
+    assert optex.Options.reference(np.int64(3)).parallelism == 3
+
+
 def test_options_of_the_wrong_type() -> None:
     with pytest.raises(TypeError, match="options: expected optex.Options or None, got dict"):
         optex.OptEx(np.zeros(3), options={"parallelism": 2})

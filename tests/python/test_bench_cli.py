@@ -182,3 +182,44 @@ def test_without_noise_data_parallel_is_vanilla_exactly(tmp_path: Path) -> None:
     for r in load_json(out)["records"]:
         losses[r["method"]][(r["seed"], r["round"])] = r["loss"]
     assert losses["data_parallel"] == losses["vanilla"]
+
+
+# The smallest run that writes every output file.
+QUICK = ("--preset", "ci", "--quiet", "--problem", "sphere", "--parallelism", "2",
+         "--methods", "optex_default", "--lr-grid", "none")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("flag", ["--markdown", "--json"])
+def test_a_full_disk_fails_naming_the_file_and_the_reason(flag: str, tmp_path: Path) -> None:
+    # /dev/full accepts the open and fails every write with ENOSPC, as a full disk does;
+    # the other file still gets written.
+    other = "--json" if flag == "--markdown" else "--markdown"
+    kept = tmp_path / "kept"
+    proc = run_bench(*QUICK, flag, "/dev/full", other, str(kept))
+    assert proc.returncode != 0
+    assert f"{flag}:" in proc.stderr and "/dev/full" in proc.stderr, proc.stderr
+    assert os.strerror(28) in proc.stderr, proc.stderr  # ENOSPC
+    assert kept.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "complaint"),
+    [
+        ("--problem", "sphere,,rosenbrock", "item 2 of 'sphere,,rosenbrock' is empty"),
+        ("--problem", ",sphere", "item 1 of ',sphere' is empty"),
+        ("--problem", "sphere,", "item 2 of 'sphere,' is empty"),
+        ("--parallelism", "2,,4", "item 2 of '2,,4' is empty"),
+        ("--methods", "optex_default,,line_search", "item 2 of 'optex_default,,line_search' is empty"),
+        ("--lr-grid", "1,,3", "item 2 of '1,,3' is empty"),
+        ("--problem", "sphere,rosenbrock,sphere", "item 3 of 'sphere,rosenbrock,sphere' repeats item 1"),
+        ("--parallelism", "2,4,2.0", "item 3 of '2,4,2.0' repeats item 1"),
+        ("--lr-grid", "1,3,1", "item 3 of '1,3,1' repeats item 1"),
+        ("--methods", "line_search,line_search", "'line_search' is listed twice"),
+        ("--methods", "optex_default[history=8;history=4]", "'history' is given twice"),
+    ],
+)
+def test_empty_or_repeated_list_items_are_refused(flag: str, value: str, complaint: str) -> None:
+    proc = run_bench("--preset", "ci", "--quiet", flag, value)
+    assert proc.returncode == 2
+    assert f"{flag}: " in proc.stderr and complaint in proc.stderr, proc.stderr

@@ -170,3 +170,74 @@ def test_a_bad_objective_is_named() -> None:
         optex.minimize(wrong_shape, X0, max_iters=1)
     with pytest.raises(TypeError, match="fun_and_grad.*tuple"):
         optex.minimize(not_a_pair, X0, max_iters=1)
+
+
+# One bad gradient, handed to tell() and returned by a minimize objective: the
+# same rule (float32 or float64, shape (d,)) gives the same exception, naming it.
+BAD_GRADIENTS = [
+    (lambda g: g.astype(np.int64), "dtype int64 is not supported"),
+    (lambda g: g.astype(np.float16), "dtype float16 is not supported"),
+    (lambda g: g > 0, "dtype bool is not supported"),
+    (lambda g: g.astype(np.complex128), "dtype complex128 is not supported"),
+    (lambda g: np.array([str(v) for v in g]), "is not supported"),
+    (lambda g: g[:-1], "shape"),
+    (lambda g: g.reshape(1, -1), "shape"),
+]
+
+
+@pytest.mark.parametrize(("spoil", "complaint"), BAD_GRADIENTS)
+def test_minimize_refuses_the_gradients_tell_refuses(spoil, complaint: str) -> None:
+    f = problems.Rosenbrock()
+    opt = optex.OptEx(X0, optimizer=optex.Adam(lr=0.01), parallelism=2)
+    losses, grads = f.value_and_grad(opt.ask())
+    bad_rows = np.stack([grads[0], grads[1]])
+    with pytest.raises(Exception) as by_tell:
+        opt.tell(np.stack([spoil(g) for g in bad_rows]) if "shape" not in complaint
+                 else spoil(grads.ravel()), losses)
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, grad = f.value_and_grad(x[None, :])
+        return float(loss[0]), spoil(grad[0])
+
+    with pytest.raises(Exception) as by_minimize:
+        optex.minimize(objective, X0, optimizer=optex.Adam(lr=0.01), parallelism=2, max_iters=1)
+    assert by_minimize.type is by_tell.type is ValueError
+    assert complaint in str(by_tell.value) and "grads" in str(by_tell.value)
+    assert complaint in str(by_minimize.value)
+    assert "fun_and_grad: the gradient at point 0" in str(by_minimize.value)
+
+
+def test_a_list_of_ints_is_a_gradient_for_both() -> None:
+    # tell() reads lists as float64; so does minimize.
+    opt = optex.OptEx(np.zeros(3), optimizer=optex.Sgd(lr=0.1), parallelism=2)
+    opt.ask()
+    opt.tell([[1, 2, 3], [1, 2, 3]], [0.0, 0.0])
+    res = optex.minimize(lambda x: (0.0, [1, 2, 3]), np.zeros(3), optimizer=optex.Sgd(lr=0.1),
+                         parallelism=2, max_iters=1)
+    assert same_bits(res.x, opt.x)
+
+
+def test_a_nan_gradient_is_dropped_as_tell_drops_it() -> None:
+    # minimize commits with drop_nonfinite=True: the pair never enters the history.
+    f = problems.Rosenbrock()
+    opt = optex.OptEx(X0, optimizer=optex.Adam(lr=0.01), parallelism=3)
+    losses, grads = f.value_and_grad(opt.ask())
+    opt.tell(grads, losses)
+    points = opt.ask().copy()  # round 2: the points differ
+    assert not np.array_equal(points[1], points[0])
+    losses, grads = f.value_and_grad(points)
+    grads[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"grads: row 1, column 3 is nan"):
+        opt.tell(grads, losses)
+    info = opt.tell(grads, losses, drop_nonfinite=True)
+    assert info.dropped == 1
+
+    def spoiled(x: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, grad = f.value_and_grad(x[None, :])
+        g = grad[0].copy()
+        if np.array_equal(x, points[1]):
+            g[3] = np.nan
+        return float(loss[0]), g
+
+    res = optex.minimize(spoiled, X0, optimizer=optex.Adam(lr=0.01), parallelism=3, max_iters=2)
+    assert same_bits(res.x, opt.x)
