@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 
 #include "optex/batch.hpp"
 #include "optex/engine.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optex/minimize.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/optimizer_ranges.hpp"
@@ -170,6 +172,32 @@ TEST(BadInput, NonFiniteStart) {
   ExpectConstructorRejects([&] { return Engine(inf_x, Sgd{}, Options{}); }, {"x0", "inf"});
 }
 
+// Finite but above the magnitude bound (about 6.5e18 at d = 1): no history could hold it.
+TEST(BadInput, StartAboveTheMagnitudeBound) {
+  const std::vector<float> huge_x = {1e19f};
+  ExpectConstructorRejects([&] { return Engine(huge_x, Adam{}, Options{}); },
+                           {"x0", "element 0", "1e+19", "at most"});
+  const std::vector<float> at_bound = {optex::magnitude_bound(1)};
+  EXPECT_NO_THROW(Engine(at_bound, Adam{}, Options{}));
+}
+
+// A moved-from engine refuses every use instead of dereferencing nothing.
+TEST(BadInput, AMovedFromEngine) {
+  Engine engine(kX0, Adam{}, Options{});
+  Engine moved = std::move(engine);
+  for (const auto& use : std::vector<std::function<void()>>{
+           [&] { engine.ask(); }, [&] { (void)engine.iterate(); }, [&] { (void)engine.dim(); },
+           [&] { engine.set_optimizer(Adam{}); }}) {
+    try {
+      use();
+      ADD_FAILURE() << "a moved-from engine was used";
+    } catch (const std::logic_error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("moved from"));
+    }
+  }
+  EXPECT_NO_THROW(moved.ask());
+}
+
 TEST(BadInput, Parallelism) {
   for (int n : {0, -2}) {
     ExpectConstructorRejects([n] { return Engine(kX0, Adam{}, WithN(n)); },
@@ -236,6 +264,15 @@ TEST(BadInput, LearningRate) {
     ExpectConstructorRejects([&] { return Engine(kX0, Adam{.lr = value}, Options{}); },
                              {"lr", text});
   }
+}
+
+// The steps run in float32: a hyperparameter beyond its range would be infinite there.
+TEST(BadInput, HyperparametersBeyondFloat32) {
+  ExpectConstructorRejects([] { return Engine(kX0, Sgd{.lr = 1e39}, Options{}); },
+                           {"lr", "1e+39", "float32"});
+  ExpectConstructorRejects([] { return Engine(kX0, Adam{.weight_decay = 1e300}, Options{}); },
+                           {"weight_decay", "1e+300", "float32"});
+  EXPECT_NO_THROW(Engine(kX0, Sgd{.lr = std::numeric_limits<float>::max()}, Options{}));
 }
 
 TEST(BadInput, OtherHyperparameters) {

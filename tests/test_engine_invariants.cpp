@@ -8,7 +8,8 @@
 //   - the same seed and inputs give the same trajectory;
 //   - a checkpoint restores a run that continues bit for bit;
 //   - a non-finite gradient or loss never enters the history, and the commit
-//     steps from the last finite point;
+//     steps from the last finite point; values above the magnitude bound and
+//     steps that leave it are treated alike, and never stop the engine;
 //   - a refused call leaves the engine exactly as it was.
 //
 // The CUDA instances (names ending in /cuda0, ctest label gpu) skip without a
@@ -43,6 +44,7 @@
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
 #include "optex/engine.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
@@ -889,6 +891,135 @@ TEST_P(EngineNonFinite, ARetryReadsRowsCorrectedOnTheDevice) {
   EXPECT_EQ(info.dropped, 0);
   Iterate(twin, f);
   EXPECT_TRUE(SameEngine(engine, twin));
+}
+
+// ---- huge but finite values (DESIGN.md section 6) --------------------------------------
+
+// A gradient entry above the magnitude bound is dropped exactly as a NaN would be, and
+// the engine keeps running with finite points (with SGD and lr 1, 3e38 used to overflow
+// into the history; with Adam, 2.4e38 used to make ask() hand out NaN points).
+TEST_P(EngineNonFinite, AGradientAboveTheBoundIsDroppedLikeANonFiniteOne) {
+  const Quartic f;
+  const std::vector<float> x0 = UniformStart(kDim, 37);
+  constexpr int kN = 3;
+  ASSERT_LT(optex::magnitude_bound(kDim), 3e38f);
+  for (OptimizerConfig config : SomeConfigs(kDim)) {
+    for (const float huge : {3e38f, 2.4e38f, optex::magnitude_bound(kDim) * 1.0001f}) {
+      SCOPED_TRACE(config.name + ", gradient entry " + std::to_string(huge));
+      Engine engine(x0, config.optimizer, On(WithN(kN)));
+      Engine twin(x0, config.optimizer, On(WithN(kN)));
+      for (int t = 0; t < 2; ++t) {
+        Iterate(engine, f);
+        Iterate(twin, f);
+      }
+      Batch& b = engine.ask();
+      Batch& tb = twin.ask();
+      Evaluate(f, b);
+      Evaluate(f, tb);
+      b.grad(1)[3] = huge;
+      tb.grad(1)[3] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(engine.nonfinite_points(b), (std::vector<int>{1}));
+      EXPECT_EQ(engine.tell(b).dropped, 1);
+      twin.tell(tb);
+      EXPECT_TRUE(SameEngine(engine, twin));
+      for (int t = 0; t < 4; ++t) {
+        Batch& next = engine.ask();
+        ASSERT_TRUE(AllFinite(next.points())) << "iteration " << t;
+        Evaluate(f, next);
+        engine.tell(next);
+      }
+    }
+  }
+}
+
+// SGD with lr 1e10: a gradient of 1e9 is within the bound (about 1e18 at d = 40), but
+// its step is not. That pair is dropped like a non-finite one; when every pair's step
+// leaves the bound, tell() refuses and nothing changes, the batch rows included.
+TEST_P(EngineNonFinite, APairWhoseStepLeavesTheBoundIsDropped) {
+  const std::vector<float> x0 = UniformStart(kDim, 41);
+  constexpr int kN = 3;
+  const Options o = On(WithN(kN));
+  const Sgd sgd{.lr = 1e10};
+  Engine engine(x0, sgd, o);
+  Engine twin(x0, sgd, o);
+  const std::size_t n = kN;
+  std::vector<float> grads(n * kDim, 1e-3f);
+  std::vector<float> twin_grads = grads;
+  const std::vector<double> losses(n, 1.0);
+  std::fill(grads.begin() + 2 * kDim, grads.end(), 1e9f);
+  std::fill(twin_grads.begin() + 2 * kDim, twin_grads.end(),
+            std::numeric_limits<float>::quiet_NaN());
+  engine.ask();
+  twin.ask();
+  const IterationInfo& info = engine.tell(grads, losses);
+  EXPECT_EQ(info.dropped, 1);
+  EXPECT_EQ(info.committed_point, 1);
+  EXPECT_EQ(twin.tell(twin_grads, losses).committed_point, 1);
+  EXPECT_TRUE(SameEngine(engine, twin));
+  EXPECT_TRUE(AllFinite(engine.iterate()));
+
+  // Every step leaves the bound: refused, through both interfaces, changing nothing.
+  Batch& b = engine.ask();
+  twin.ask();
+  for (int i = 0; i < kN; ++i) {
+    std::fill(b.grad(i).begin(), b.grad(i).end(), 0.5f);
+    b.loss(i) = 2.0;
+  }
+  const std::vector<float> rows_before(b.grads().begin(), b.grads().end());
+  const std::vector<float> overflowing(n * kDim, 1e9f);
+  try {
+    engine.tell(overflowing, losses);
+    ADD_FAILURE() << "tell() committed a step that leaves the bound";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("can be committed"));
+  }
+  EXPECT_TRUE(SameEngine(engine, twin));
+  EXPECT_TRUE(BitEqual(b.grads(), rows_before)) << "the refused tell() kept its rows";
+  EXPECT_EQ(b.loss(0), 2.0);
+  for (int i = 0; i < kN; ++i) std::fill(b.grad(i).begin(), b.grad(i).end(), 1e9f);
+  EXPECT_THROW(engine.tell(b), std::runtime_error);
+  EXPECT_TRUE(SameEngine(engine, twin));
+  // Gradients whose steps fit then commit what the twin commits.
+  const std::vector<float> small(n * kDim, 1e-4f);
+  engine.tell(small, losses);
+  twin.tell(small, losses);
+  EXPECT_TRUE(SameEngine(engine, twin));
+}
+
+// A proxy step that leaves the bound (here the oracle's true gradient, 1e9, with SGD
+// lr 1e10) makes ask() hold every point at the iterate, as in the warm-up, instead of
+// handing out points nobody can use or failing for good.
+TEST_P(EngineNonFinite, AProxyStepThatLeavesTheBoundHoldsTheBatch) {
+  const std::vector<float> x0 = UniformStart(kDim, 43);
+  constexpr int kN = 3;
+  Options o = On(WithN(kN));
+  o.proxy = optex::Proxy::target;
+  Engine engine(x0, Sgd{.lr = 1e10}, o);
+  float oracle_gradient = 1e9f;
+  engine.set_gradient_oracle([&oracle_gradient](std::span<const float>, std::span<float> g) {
+    std::fill(g.begin(), g.end(), oracle_gradient);
+    return 0.0;
+  });
+  const std::size_t n = kN;
+  const std::vector<float> small(n * kDim, 1e-4f);
+  const std::vector<double> losses(n, 1.0);
+  for (int t = 0; t < 3; ++t) {
+    SCOPED_TRACE("iteration " + std::to_string(t));
+    const std::vector<float> iterate(engine.iterate().begin(), engine.iterate().end());
+    Batch& b = engine.ask();
+    for (int i = 0; i < kN; ++i) EXPECT_TRUE(BitEqual(b.point(i), iterate)) << "point " << i;
+    for (int i = 0; i + 1 < kN; ++i) {
+      const auto p = b.predicted_gradient(i);
+      EXPECT_TRUE(std::all_of(p.begin(), p.end(), [](float v) { return v == 0.0f; }));
+    }
+    const IterationInfo& info = engine.tell(small, losses);
+    EXPECT_EQ(info.dropped, 0);
+    EXPECT_EQ(info.committed_point, kN - 1);
+  }
+  // An oracle whose steps fit: the proxy steps move the points again.
+  oracle_gradient = 1e-6f;
+  Batch& b = engine.ask();
+  EXPECT_FALSE(BitEqual(b.point(1), b.point(0)));
 }
 
 // ---- 6. a refused call changes nothing ---------------------------------------------------

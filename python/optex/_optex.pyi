@@ -25,6 +25,7 @@ __all__ = [
     "built_with_cuda",
     "cuda_device_count",
     "init_state",
+    "magnitude_bound",
     "optimizer_classes",
     "point_range",
 ]
@@ -43,6 +44,7 @@ _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
 def built_with_cuda() -> bool: ...
 def cuda_device_count() -> int: ...
+def magnitude_bound(d: int) -> float: ...
 def point_range(points: int, groups: int, group: int) -> range: ...
 # The base optimizer classes (optimizers.cpp registers one per entry of each
 # optimizer's python_classes()). Value types: attributes are validated on

@@ -18,8 +18,9 @@ std::string location(std::size_t index, std::size_t columns) {
   return "row " + std::to_string(index / columns) + ", column " + std::to_string(index % columns);
 }
 
-std::string repr(double value) {
-  // The shortest text that reads back as the value, as Python's repr writes it.
+// The shortest text that reads back as the value, as Python's repr writes it.
+template <class T>
+std::string repr(T value) {
   std::array<char, 32> text{};
   const auto written = std::to_chars(text.data(), text.data() + text.size(), value);
   return std::string(text.data(), written.ptr);

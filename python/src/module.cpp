@@ -1,11 +1,13 @@
 // The extension module optex._optex; the `optex` package re-exports it.
 #include <pybind11/pybind11.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "bindings.hpp"
 #include "dlpack.hpp"
 #include "optex/device.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "optex/version.hpp"
 
 PYBIND11_MODULE(_optex, m) {
@@ -18,6 +20,16 @@ PYBIND11_MODULE(_optex, m) {
   m.def("cuda_device_count", &optex::cuda_device_count,
         "The number of CUDA devices this process can use; 0 without the CUDA backend, a driver "
         "or a device.");
+  m.def(
+      "magnitude_bound",
+      [](py::ssize_t d) {
+        if (d < 1) throw std::invalid_argument("d: must be >= 1, got " + std::to_string(d));
+        return optex::magnitude_bound(static_cast<std::size_t>(d));
+      },
+      py::arg("d"),
+      "The largest magnitude a point or gradient entry may have in dimension d: "
+      "sqrt(FLT_MAX / (8 d)) as a float32. tell() refuses larger values (or drops their "
+      "pairs with drop_nonfinite=True), as it does NaN and infinity.");
   // Classes before the functions whose signatures name them.
   register_optimizers(m);
   register_optimizer_state(m);
