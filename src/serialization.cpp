@@ -1,6 +1,7 @@
 #include "serialization.hpp"
 
 #include <optional>
+#include <string>
 
 namespace optex::detail {
 namespace {
@@ -20,10 +21,11 @@ template <class O>
 O get_fields(Reader& r) {
   O o;
   for_each_hyperparameter<O>([&](const auto& field) {
+    const std::string name = "optimizer " + std::string(O::name) + "." + std::string(field.name);
     if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, bool>) {
-      o.*field.member = r.get_flag();
+      o.*field.member = r.get_flag(name);
     } else {
-      o.*field.member = r.get<double>();
+      o.*field.member = r.get<double>(name);
     }
   });
   return o;
@@ -52,22 +54,23 @@ void put_options(Writer& w, const Options& o) {
 
 Options get_options(Reader& r, std::uint32_t version) {
   Options o;
-  o.parallelism = r.get<std::int32_t>();
-  o.history = r.get<std::int32_t>();
-  o.kernel = static_cast<Covariance>(r.get<std::uint8_t>());
-  o.lengthscale = r.get<double>();
-  o.noise = r.get<double>();
-  o.input_scaling = static_cast<InputScaling>(r.get<std::uint8_t>());
-  o.warmup = static_cast<Warmup>(r.get<std::uint8_t>());
-  o.lengthscale_selection = static_cast<LengthscaleSelection>(r.get<std::uint8_t>());
-  o.selection_interval = r.get<std::int32_t>();
-  o.lengthscale_grid = r.get_vector<double>(1 << 16);
-  o.proxy = static_cast<Proxy>(r.get<std::uint8_t>());
-  o.seed = r.get<std::uint64_t>();
+  o.parallelism = r.get<std::int32_t>("options.parallelism");
+  o.history = r.get<std::int32_t>("options.history");
+  o.kernel = static_cast<Covariance>(r.get<std::uint8_t>("options.kernel"));
+  o.lengthscale = r.get<double>("options.lengthscale");
+  o.noise = r.get<double>("options.noise");
+  o.input_scaling = static_cast<InputScaling>(r.get<std::uint8_t>("options.input_scaling"));
+  o.warmup = static_cast<Warmup>(r.get<std::uint8_t>("options.warmup"));
+  o.lengthscale_selection =
+      static_cast<LengthscaleSelection>(r.get<std::uint8_t>("options.lengthscale_selection"));
+  o.selection_interval = r.get<std::int32_t>("options.selection_interval");
+  o.lengthscale_grid = r.get_vector<double>("options.lengthscale_grid", 1 << 16);
+  o.proxy = static_cast<Proxy>(r.get<std::uint8_t>("options.proxy"));
+  o.seed = r.get<std::uint64_t>("options.seed");
   if (version >= 2) {  // format 1 predates devices: CPU, fp32
-    o.device.kind = static_cast<Device::Kind>(r.get<std::uint8_t>());
-    o.device.index = r.get<std::int32_t>();
-    o.history_precision = static_cast<Precision>(r.get<std::uint8_t>());
+    o.device.kind = static_cast<Device::Kind>(r.get<std::uint8_t>("options.device.kind"));
+    o.device.index = r.get<std::int32_t>("options.device.index");
+    o.history_precision = static_cast<Precision>(r.get<std::uint8_t>("options.history_precision"));
   }
   return o;
 }
@@ -82,13 +85,14 @@ void put_optimizer(Writer& w, const Optimizer& optimizer) {
 }
 
 Optimizer get_optimizer(Reader& r) {
-  const auto tag = r.get<std::uint8_t>();
+  const std::size_t at = r.offset();
+  const auto tag = r.get<std::uint8_t>("optimizer tag");
   std::optional<Optimizer> found;
   for_each_optimizer_kind([&](auto kind) {
     using O = typename decltype(kind)::type;
     if (!found && tag == O::checkpoint_tag) found = get_fields<O>(r);
   });
-  if (!found) r.fail("unknown optimizer tag " + std::to_string(tag));
+  if (!found) r.fail_at("optimizer tag", at, "unknown optimizer tag " + std::to_string(tag));
   return *found;
 }
 
@@ -101,23 +105,32 @@ void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges) {
 }
 
 OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit) {
-  const auto count = r.get<std::uint32_t>();
+  const std::size_t at = r.offset();
+  const auto count = r.get<std::uint32_t>("optimizer ranges");
   // Each range takes at least its size and its tag: a count the bytes left cannot hold is
   // refused before anything is allocated for it.
   constexpr std::size_t kMinRangeBytes = sizeof(std::uint64_t) + sizeof(std::uint8_t);
-  if (count == 0 || count > dim_limit || count > r.remaining() / kMinRangeBytes)
-    r.fail("the number of optimizer ranges is out of range");
+  if (count == 0 || count > dim_limit || count > r.remaining() / kMinRangeBytes) {
+    r.fail_at("optimizer ranges", at,
+              "the number of optimizer ranges is out of range (" + std::to_string(count) +
+                  " with " + std::to_string(r.remaining()) + " bytes left)");
+  }
   std::vector<OptimizerRange> ranges;
   ranges.reserve(count);
   for (std::uint32_t k = 0; k < count; ++k) {
-    const auto size = r.get<std::uint64_t>();
-    if (size == 0 || size > dim_limit) r.fail("an optimizer range's size is out of range");
+    const std::string field = "optimizer range " + std::to_string(k) + " size";
+    const std::size_t size_at = r.offset();
+    const auto size = r.get<std::uint64_t>(field);
+    if (size == 0 || size > dim_limit) {
+      r.fail_at(field, size_at,
+                "an optimizer range's size is out of range (" + std::to_string(size) + ")");
+    }
     ranges.push_back({static_cast<std::size_t>(size), get_optimizer(r)});
   }
   try {
     return OptimizerRanges(std::move(ranges));
   } catch (const std::invalid_argument& e) {
-    r.fail(std::string("invalid content: ") + e.what());
+    r.fail_at("optimizer ranges", at, std::string("invalid content: ") + e.what());
   }
 }
 

@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -49,31 +50,46 @@ class Writer {
   std::vector<char> bytes_;
 };
 
+// Reads what Writer wrote. Every read names the field it reads, and every
+// failure is a std::runtime_error "checkpoint '<path>': <field> at byte <n>:
+// <why>", n counting from the start of the file.
 class Reader {
  public:
-  Reader(const char* data, std::size_t size, std::string path)
-      : data_(data), size_(size), path_(std::move(path)) {}
+  // `size` bytes at `data`, which start at byte `offset` of the file at `path`.
+  Reader(const char* data, std::size_t size, std::string path, std::size_t offset = 0)
+      : data_(data), size_(size), path_(std::move(path)), offset_(offset) {}
   template <class T>
-  T get() {
+  T get(std::string_view field) {
     static_assert(std::is_trivially_copyable_v<T>);
     T v;
-    need(sizeof(T));
+    need(field, sizeof(T));
     std::memcpy(&v, data_ + pos_, sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
   // A flag stored as one byte: 0 or 1, anything else is refused.
-  bool get_flag() {
-    const auto b = get<std::uint8_t>();
-    if (b > 1) fail("a flag holds " + std::to_string(b) + " (expected 0 or 1)");
+  bool get_flag(std::string_view field) {
+    const std::size_t at = offset();
+    const auto b = get<std::uint8_t>(field);
+    if (b > 1) fail_at(field, at, "a flag holds " + std::to_string(b) + " (expected 0 or 1)");
     return b != 0;
   }
-  // Reads a counted array, refusing counts the remaining bytes cannot hold.
+  // Reads a counted array, refusing a count above `max_count` or more
+  // elements than the remaining bytes hold, before anything is allocated.
   template <class T>
-  std::vector<T> get_vector(std::size_t max_count) {
-    const auto count = get<std::uint64_t>();
-    if (count > max_count || count > (size_ - pos_) / sizeof(T))
-      fail("an array length is out of range");
+  std::vector<T> get_vector(std::string_view field, std::size_t max_count) {
+    const std::size_t at = offset();
+    const auto count = get<std::uint64_t>(field);
+    if (count > max_count) {
+      fail_at(field, at,
+              "holds " + std::to_string(count) + " elements, more than the " +
+                  std::to_string(max_count) + " it may");
+    }
+    if (count > remaining() / sizeof(T)) {
+      fail_at(field, at,
+              "announces " + std::to_string(count) + " elements of " + std::to_string(sizeof(T)) +
+                  " bytes, but only " + std::to_string(remaining()) + " bytes remain");
+    }
     std::vector<T> v(static_cast<std::size_t>(count));
     if (!v.empty()) std::memcpy(v.data(), data_ + pos_, v.size() * sizeof(T));
     pos_ += v.size() * sizeof(T);
@@ -81,22 +97,33 @@ class Reader {
   }
   bool at_end() const { return pos_ == size_; }
   std::size_t remaining() const { return size_ - pos_; }
+  // The file offset of the next byte to read.
+  std::size_t offset() const { return offset_ + pos_; }
+  const std::string& path() const { return path_; }
   [[noreturn]] void fail(const std::string& why) const {
     throw std::runtime_error("checkpoint '" + path_ + "': " + why);
   }
+  [[noreturn]] void fail_at(std::string_view field, std::size_t at, const std::string& why) const {
+    fail(std::string(field) + " at byte " + std::to_string(at) + ": " + why);
+  }
 
  private:
-  void need(std::size_t n) const {
-    if (size_ - pos_ < n) fail("truncated payload");
+  void need(std::string_view field, std::size_t n) const {
+    if (size_ - pos_ < n) {
+      fail_at(field, offset(),
+              "truncated payload (needs " + std::to_string(n) + " bytes, " +
+                  std::to_string(size_ - pos_) + " remain)");
+    }
   }
   const char* data_;
   std::size_t size_;
   std::size_t pos_ = 0;
   std::string path_;
+  std::size_t offset_;
 };
 
 // Options: every field, in the order of format `version` (1 has no device
-// and history precision: CPU, fp32).
+// and history precision: CPU, fp32). Read as stored: the caller validates.
 void put_options(Writer& w, const Options& o);
 Options get_options(Reader& r, std::uint32_t version);
 

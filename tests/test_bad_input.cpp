@@ -203,6 +203,12 @@ TEST(BadInput, Parallelism) {
     ExpectConstructorRejects([n] { return Engine(kX0, Adam{}, WithN(n)); },
                              {"parallelism", std::to_string(n)});
   }
+  // An absurd N is refused before its batch is allocated.
+  for (int n : {optex::kMaxParallelism + 1, 2147483647}) {
+    ExpectConstructorRejects([n] { return Engine(kX0, Adam{}, WithN(n)); },
+                             {"parallelism", std::to_string(n), "65536"});
+  }
+  EXPECT_NO_THROW(WithN(optex::kMaxParallelism).validate());
 }
 
 // The preset refuses a bad parallelism itself, not at the first Engine built from it.

@@ -1,6 +1,8 @@
 // Checkpoints: a restored run continues bit-identically (DESIGN.md section 6),
 // and a missing, truncated, corrupted or foreign file is refused with a clear
 // std::runtime_error that leaves any existing engine alone.
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -116,6 +119,13 @@ class Checkpoint : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    return names;
+  }
 
   // A saved engine a few iterations in, its file's bytes, and the engine.
   std::vector<char> SavedBytes(Engine& e, const std::string& name) {
@@ -349,8 +359,111 @@ TEST_F(Checkpoint, SaveIntoAMissingDirectoryThrows) {
     e.save(Path("no/such/dir/x.ckpt"));
     FAIL() << "save() into a missing directory succeeded";
   } catch (const std::runtime_error& err) {
-    EXPECT_THAT(err.what(), HasSubstr("cannot open for writing"));
+    EXPECT_THAT(err.what(), HasSubstr(Path("no/such/dir/x.ckpt")));
+    EXPECT_THAT(err.what(), HasSubstr("No such file or directory"));
   }
+  EXPECT_THAT(Names(), ::testing::IsEmpty());
+}
+
+// A NUL byte would silently cut the name: "run.ckpt\0evil" must not write run.ckpt. An
+// empty path names no file (it used to leave ".tmp" in the working directory).
+TEST_F(Checkpoint, PathsThatNameNoFileAreRefusedBeforeTheFileSystemIsTouched) {
+  Engine e(Start(5, 2), Adam{.lr = 0.01}, Options{});
+  Step(e);
+  const std::string nul = Path("run.ckpt") + std::string(1, '\0') + "evil";
+  for (const std::string& path : {nul, std::string()}) {
+    try {
+      e.save(path);
+      ADD_FAILURE() << "save() accepted a path that names no file";
+    } catch (const std::invalid_argument& err) {
+      EXPECT_THAT(err.what(), HasSubstr("path"));
+    }
+  }
+  EXPECT_THAT(Names(), ::testing::IsEmpty());
+  EXPECT_FALSE(fs::exists(".tmp"));
+  e.save(Path("run.ckpt"));
+  for (const std::string& path : {Path("run.ckpt") + std::string(1, '\0') + "x", std::string()}) {
+    try {
+      (void)Engine::load(path);
+      ADD_FAILURE() << "load() accepted a path that names no file";
+    } catch (const std::invalid_argument& err) {
+      EXPECT_THAT(err.what(), HasSubstr("path"));
+    }
+  }
+}
+
+// Saving through a symbolic link writes its target and keeps the link (DESIGN.md
+// section 6); a fifo, a directory or a device at the path is refused and left as it was.
+TEST_F(Checkpoint, SaveFollowsLinksAndReplacesOnlyRegularFiles) {
+  Engine e(Start(5, 2), Adam{.lr = 0.01}, Options{});
+  Step(e);
+  e.save(Path("target.ckpt"));
+  fs::create_symlink("target.ckpt", dir_ / "latest.ckpt");
+  Step(e);
+  e.save(Path("latest.ckpt"));
+  EXPECT_TRUE(fs::is_symlink(dir_ / "latest.ckpt"));
+  EXPECT_TRUE(SameEngine(Engine::load(Path("target.ckpt")), e));
+
+  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
+  fs::create_directory(dir_ / "dir");
+  for (const auto& [name, kind] : {std::pair{"fifo", "fifo"}, std::pair{"dir", "directory"}}) {
+    try {
+      e.save(Path(name));
+      ADD_FAILURE() << "save() replaced a " << kind;
+    } catch (const std::runtime_error& err) {
+      EXPECT_THAT(err.what(), HasSubstr(Path(name)));
+      EXPECT_THAT(err.what(), HasSubstr(kind));
+    }
+  }
+  EXPECT_TRUE(fs::is_fifo(Path("fifo")));
+  EXPECT_TRUE(fs::is_directory(Path("dir")));
+  EXPECT_THAT(Names(),
+              ::testing::UnorderedElementsAre("target.ckpt", "latest.ckpt", "fifo", "dir"));
+}
+
+// Two processes saving to one path, each 50 times, while a third loads it: every load
+// finds a whole checkpoint of one of them (each writer has its own temporary file).
+TEST_F(Checkpoint, ConcurrentSavesFromTwoProcessesNeverTearTheFile) {
+  const std::string p = Path("shared.ckpt");
+  Engine first(Start(40, 2), Adam{.lr = 0.01}, Options{});
+  Engine second(Start(70, 3), Sgd{.lr = 0.01}, Options{});
+  Step(first);
+  Step(second);
+  first.save(p);
+  std::vector<pid_t> writers;
+  for (const Engine* e : {&first, &second}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int failures = 0;
+      for (int i = 0; i < 50; ++i) {
+        try {
+          e->save(p);
+        } catch (const std::exception&) {
+          ++failures;
+        }
+      }
+      ::_exit(failures == 0 ? 0 : 1);
+    }
+    writers.push_back(pid);
+  }
+  int loads = 0;
+  for (bool writing = true; writing || loads < 20; ++loads) {
+    try {
+      const Engine seen = Engine::load(p);
+      EXPECT_TRUE(SameEngine(seen, seen.dim() == first.dim() ? first : second));
+    } catch (const std::exception& err) {
+      ADD_FAILURE() << "load " << loads << " failed: " << err.what();
+    }
+    int status = 0;
+    writing = false;
+    for (pid_t pid : writers) writing |= ::waitpid(pid, &status, WNOHANG) == 0;
+  }
+  for (pid_t pid : writers) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  EXPECT_THAT(Names(), ::testing::ElementsAre("shared.ckpt"));
 }
 
 // ---- refused loads ----------------------------------------------------------------
@@ -371,6 +484,41 @@ class BadCheckpoint : public Checkpoint {
 
 TEST_F(BadCheckpoint, MissingFile) {
   ExpectLoadFailsAt(Path("does_not_exist.ckpt"), "cannot open");
+}
+
+// What is not a regular file is refused before it is read: a fifo would block, /dev/zero
+// never end, a directory fail with a stream's internal message. Each load runs in a child
+// process under an alarm, so that a regression fails instead of hanging.
+TEST_F(BadCheckpoint, OnlyRegularFilesAreLoaded) {
+  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
+  fs::create_directory(dir_ / "dir");
+  for (const auto& [path, kind] :
+       {std::pair{Path("fifo"), "fifo"}, std::pair{Path("dir"), "directory"},
+        std::pair{std::string("/dev/zero"), "character device"}}) {
+    SCOPED_TRACE(path);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(10);
+      try {
+        (void)Engine::load(path);
+      } catch (const std::runtime_error& err) {
+        const std::string what = err.what();
+        const bool named = what.find(path) != std::string::npos &&
+                           what.find(std::string("is a ") + kind) != std::string::npos;
+        ::_exit(named ? 0 : 2);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(4);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                : "exit status " + std::to_string(WEXITSTATUS(status)));
+  }
+  EXPECT_TRUE(fs::is_fifo(Path("fifo")));
 }
 
 TEST_F(BadCheckpoint, TruncatedFile) {
@@ -576,22 +724,28 @@ TEST_F(Checkpoint, TheFirstReleasesSgdRunIsRepeatedBitForBit) {
 
 // Format 1 predates devices: format 2's payload without the device kind, index and
 // history precision after the seed. Such a file still loads, on the CPU.
-TEST_F(Checkpoint, ReadsFormatOneAsACpuRun) {
+// format2-adam.ckpt rewritten as format 1: without the device kind, index and history
+// precision after the seed.
+std::vector<char> FormatOneBytes() {
   std::vector<char> bytes = ReadBytes(DataPath("format2-adam.ckpt"));
-  ASSERT_GT(bytes.size(), kHeader + kTrailer);
+  EXPECT_GT(bytes.size(), kHeader + kTrailer);
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + 8, sizeof version);
-  ASSERT_EQ(version, 2u);
+  EXPECT_EQ(version, 2u);
   // Options with an empty lengthscale grid: 4+4+1+8+8+1+1+1+4+(8+0)+1+8 bytes, then 1+4+1.
   constexpr std::size_t kDeviceFields = kHeader + 49;
-  ASSERT_EQ(bytes[kDeviceFields], 0);  // Device::Kind::cpu
+  EXPECT_EQ(bytes[kDeviceFields], 0);  // Device::Kind::cpu
   bytes.erase(bytes.begin() + kDeviceFields, bytes.begin() + kDeviceFields + 6);
   version = 1;
   std::memcpy(bytes.data() + 8, &version, sizeof version);
   const std::uint64_t payload = bytes.size() - kHeader - kTrailer;
   std::memcpy(bytes.data() + 12, &payload, sizeof payload);
   FixChecksum(bytes);
-  WriteBytes(Path("v1.ckpt"), bytes);
+  return bytes;
+}
+
+TEST_F(Checkpoint, ReadsFormatOneAsACpuRun) {
+  WriteBytes(Path("v1.ckpt"), FormatOneBytes());
 
   Engine restored = Engine::load(Path("v1.ckpt"));
   Engine v2 = Engine::load(DataPath("format2-adam.ckpt"));
@@ -627,6 +781,61 @@ TEST_F(Checkpoint, LoadArgumentsThatCannotBeHonouredAreInvalidArguments) {
   }
   // Without overrides the run loads where it was saved.
   EXPECT_TRUE(SameEngine(Engine::load(Path("run.ckpt")), e));
+
+  // Arguments are checked before the file is read: a missing file does not hide them.
+  const std::string none = Path("missing.ckpt");
+  const auto expect_argument_error = [&](auto load, const std::string& name) {
+    try {
+      load();
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_THAT(error.what(), HasSubstr(name));
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << name << ": blamed on the file: " << error.what();
+    }
+  };
+  expect_argument_error([&] { (void)Engine::load(none, missing); }, "device");
+  expect_argument_error(
+      [&] {
+        (void)Engine::load(none, optex::Device{static_cast<optex::Device::Kind>(7), 0});
+      },
+      "device");
+  expect_argument_error([&] { (void)Engine::load(none, optex::Device::cuda(-1)); }, "device");
+  expect_argument_error(
+      [&] { (void)Engine::load(none, std::nullopt, static_cast<optex::Precision>(9)); },
+      "history_precision");
+  expect_argument_error(
+      [&] { (void)Engine::load(none, optex::Device::cpu(), optex::Precision::bf16); },
+      "history_precision");
+}
+
+// A format 1 payload labelled format 2 is the file's fault, never the device argument's:
+// read as format 2, Adam's tag and learning rate land in the device fields (with lr = 0.5,
+// cuda:0), and the refusal is a std::runtime_error naming the field it failed at.
+TEST_F(Checkpoint, AMislabelledFormatIsBlamedOnTheFile) {
+  std::vector<char> bytes = FormatOneBytes();
+  constexpr std::size_t kLr = kHeader + 49 + 1;  // after the options and Adam's tag
+  ASSERT_EQ(static_cast<int>(bytes[kLr - 1]), static_cast<int>(Adam::checkpoint_tag));
+  const double lr = 0.5;
+  std::memcpy(bytes.data() + kLr, &lr, sizeof lr);
+  FixChecksum(bytes);
+  WriteBytes(Path("v1.ckpt"), bytes);
+  ASSERT_NO_THROW((void)Engine::load(Path("v1.ckpt")));  // a good format 1 file
+  const std::uint32_t two = 2;
+  std::memcpy(bytes.data() + 8, &two, sizeof two);
+  WriteBytes(Path("mislabelled.ckpt"), bytes);
+  for (std::optional<optex::Device> device :
+       {std::optional<optex::Device>(), std::optional<optex::Device>(optex::Device::cpu())}) {
+    try {
+      (void)Engine::load(Path("mislabelled.ckpt"), device);
+      ADD_FAILURE() << "a mislabelled file was accepted";
+    } catch (const std::invalid_argument& error) {
+      ADD_FAILURE() << "blamed on an argument: " << error.what();
+    } catch (const std::runtime_error& error) {
+      EXPECT_THAT(error.what(), HasSubstr(Path("mislabelled.ckpt")));
+      EXPECT_THAT(error.what(), ::testing::ContainsRegex("at byte [0-9]+|saved on cuda"));
+    }
+  }
 }
 
 // A well-formed file (checksum fixed) whose content fails the engine's own

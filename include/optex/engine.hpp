@@ -102,13 +102,22 @@ class Engine {
   // unchanged after a throw.
   void set_optimizer(const OptimizerRanges& optimizer);
 
-  // Checkpoints: everything that determines the rest of the trajectory. Saving
-  // between ask() and tell() throws std::runtime_error. load() throws
-  // std::runtime_error for a missing, truncated, corrupted or foreign file.
+  // Checkpoints: everything that determines the rest of the trajectory
+  // (docs/DESIGN.md section 6). An empty path or one with a NUL byte throws
+  // std::invalid_argument before the file system is touched.
+  // save() replaces the file atomically: a reader sees the old file or the new
+  // one. It follows a symbolic link (replacing its target, keeping the link)
+  // and refuses anything else that is not a regular file. Saving between ask()
+  // and tell(), or a failed write, throws std::runtime_error (naming the path
+  // and the OS's reason; no temporary file remains).
+  // load() throws std::runtime_error, naming the path, the field and the
+  // reason, for a missing, truncated, corrupted, foreign or invalid file, one
+  // that is not a regular file, or one saved on a device this process lacks.
   // `device` moves the run to another device (a bf16 history becomes fp32 on
   // the CPU, exactly) and `history_precision` changes the history's storage
-  // (rounding it); without them the run resumes as it was saved. A device
-  // that is not there, or bf16 on the CPU, throws std::invalid_argument.
+  // (rounding it); without them the run resumes as it was saved. A `device`
+  // argument that is not there, or bf16 on the CPU, throws
+  // std::invalid_argument, checked before the file is read.
   void save(const std::string& path) const;
   static Engine load(const std::string& path, std::optional<Device> device = std::nullopt,
                      std::optional<Precision> history_precision = std::nullopt);

@@ -35,6 +35,7 @@ concept BaseOptimizer = std::is_trivially_copyable_v<T> && std::equality_compara
   T::hyperparameters();
   T::python_classes();
   T::slot_names;
+  { T::non_negative_slots } -> std::convertible_to<StateSlots>;
   o.validate();
   { o.state_slots() } -> std::same_as<StateSlots>;
   { o.cannot_become(o) } -> std::same_as<std::string>;
@@ -86,6 +87,22 @@ inline std::string_view optimizer_name(const Optimizer& opt) {
 
 inline StateSlots state_slots(const Optimizer& opt) {
   return std::visit([](const auto& o) { return o.state_slots(); }, opt);
+}
+
+// The name of state slot `slot` ("exp_avg_sq"), and whether it must never be
+// negative (a second moment); "slot <j>" for a slot the optimizer does not name.
+inline std::string slot_name(const Optimizer& opt, int slot) {
+  return std::visit(
+      [slot](const auto& o) {
+        const auto& names = o.slot_names;
+        return slot >= 0 && static_cast<std::size_t>(slot) < names.size()
+                   ? std::string(names[static_cast<std::size_t>(slot)])
+                   : "slot " + std::to_string(slot);
+      },
+      opt);
+}
+inline bool slot_is_non_negative(const Optimizer& opt, int slot) {
+  return std::visit([slot](const auto& o) { return o.non_negative_slots.uses(slot); }, opt);
 }
 
 // A fresh state for dimension `dim`: zero buffers where the optimizer keeps them.

@@ -52,9 +52,12 @@ enum class Warmup {
 
 // The largest history Options::validate accepts.
 inline constexpr int kMaxHistory = 4096;
+// The largest parallelism Options::validate accepts: N points of d floats are allocated
+// up front, so an absurd N (a typo, or a crafted checkpoint) is refused, not attempted.
+inline constexpr int kMaxParallelism = 65536;
 
 struct Options {
-  int parallelism = 4;  // N: points evaluated per iteration (one per worker)
+  int parallelism = 4;  // N: points evaluated per iteration (one per worker, <= 65536)
   int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps (<= 4096)
 
   Covariance kernel = Covariance::matern52;

@@ -530,8 +530,13 @@ any error. Checkpoints store the values in force.
 
 Writes a checkpoint (the C++ Engine::save format): options, optimizer, iterate,
 optimizer state, history, lengthscale, random state and counters. A run loaded
-from it continues bit for bit. path is a str or os.PathLike. Raises
-RuntimeError between ask() and tell().
+from it continues bit for bit. path is a str, bytes or os.PathLike. The file
+is replaced atomically: a reader sees the old checkpoint or the new one. A
+symbolic link is followed (its target is replaced, the link kept); anything
+else that is not a regular file (a directory, fifo, device) is refused.
+Raises ValueError for an empty path or one with a NUL byte, RuntimeError
+between ask() and tell() and for a failed write (naming the path and the
+OS's reason; no temporary file is left behind).
 )doc");
   cls.def_static(
       "load",
@@ -557,9 +562,12 @@ RuntimeError between ask() and tell().
 Resumes a checkpoint written by save() (or by the C++ Engine::save). device
 ('cpu', 'cuda', 'cuda:<index>') moves the run to another device and
 history_precision ('fp32', 'bf16', 'bf16_gradients') changes the history's
-storage; without them the run resumes as saved. Raises RuntimeError for a
-missing, truncated, corrupted or foreign file. A gradient oracle is not part of
-a checkpoint: set it again.
+storage; without them the run resumes as saved. Raises ValueError for a bad
+argument (an empty path or one with a NUL byte, a device that is not there,
+bf16 on the CPU), checked before the file is read, and RuntimeError naming the
+path, the field and the reason for a missing, truncated, corrupted, foreign or
+invalid file, or one that is not a regular file. A gradient oracle is not part
+of a checkpoint: set it again.
 )doc");
 
   cls.def_property_readonly(

@@ -104,7 +104,7 @@ struct Field {
 const std::array<Field, 14> kFields{{
     {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
      [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
-     "N: points evaluated per iteration, one per worker (>= 1)."},
+     "N: points evaluated per iteration, one per worker, in [1, 65536]."},
     {"history", "int", [](const Options& o) -> py::object { return py::int_(o.history); },
      [](Options& o, py::handle v) { o.history = to_int(v, "history"); },
      "T0: how many (point, gradient) pairs the estimator keeps, in [1, 4096]."},

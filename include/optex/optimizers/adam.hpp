@@ -71,6 +71,8 @@ struct Adam {
   static constexpr int kExpAvg = 0;
   static constexpr int kExpAvgSq = 1;
   static constexpr std::array<std::string_view, 2> slot_names{"exp_avg", "exp_avg_sq"};
+  // A sum of squares: a checkpoint holding a negative one is refused.
+  static constexpr StateSlots non_negative_slots = StateSlots{}.with(kExpAvgSq);
   StateSlots state_slots() const { return StateSlots{}.with(kExpAvg).with(kExpAvgSq); }
 
   std::string cannot_become(const Adam& next) const {

@@ -58,6 +58,7 @@ struct Lion {
   // ---- state: the momentum ----
   static constexpr int kExpAvg = 0;
   static constexpr std::array<std::string_view, 1> slot_names{"exp_avg"};
+  static constexpr StateSlots non_negative_slots{};
   StateSlots state_slots() const { return StateSlots{}.with(kExpAvg); }
 
   std::string cannot_become(const Lion&) const { return {}; }

@@ -62,6 +62,8 @@ struct RmsProp {
   static constexpr int kGradAvg = 2;
   static constexpr std::array<std::string_view, 3> slot_names{"square_avg", "momentum_buffer",
                                                               "grad_avg"};
+  // A sum of squares: a checkpoint holding a negative one is refused.
+  static constexpr StateSlots non_negative_slots = StateSlots{}.with(kSquareAvg);
   StateSlots state_slots() const {
     StateSlots s = StateSlots{}.with(kSquareAvg);
     if (momentum != 0.0) s = s.with(kMomentumBuffer);

@@ -60,6 +60,8 @@ struct Sgd {
   // ---- state: slot 0 is the momentum buffer, kept only with momentum ----
   static constexpr int kMomentumBuffer = 0;
   static constexpr std::array<std::string_view, 1> slot_names{"momentum_buffer"};
+  // Slots that hold sums of squares, never negative (none here).
+  static constexpr StateSlots non_negative_slots{};
   StateSlots state_slots() const {
     return momentum != 0.0 ? StateSlots{}.with(kMomentumBuffer) : StateSlots{};
   }
