@@ -53,8 +53,13 @@ enum class Warmup {
 // The largest history Options::validate accepts.
 inline constexpr int kMaxHistory = 4096;
 
+// The largest parallelism Options::validate accepts (and the most threads a
+// ThreadPool starts): N points per iteration, one thread each in minimize().
+// Far beyond any useful N; a larger value is a typo, not a setting.
+inline constexpr int kMaxParallelism = 65536;
+
 struct Options {
-  int parallelism = 4;  // N: points evaluated per iteration (one per worker)
+  int parallelism = 4;  // N: points evaluated per iteration (one per worker), <= 65536
   int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps (<= 4096)
 
   Covariance kernel = Covariance::matern52;
