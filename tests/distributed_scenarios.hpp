@@ -203,6 +203,29 @@ inline void CheckMinimizeReportsFailureEverywhere(Communicator& comm) {
       RankFailure);
 }
 
+// Different stop criteria per rank would end the ranks at different
+// iterations, in collectives of different sizes: refused before the first
+// iteration, on every rank, naming the criterion.
+inline void CheckMinimizeRefusesDifferentStops(Communicator& comm) {
+  comm.set_timeout(kTestTimeout);
+  if (comm.size() < 2) return;
+  int calls = 0;
+  auto f = [&calls](std::span<const float> x, std::span<float> g) {
+    ++calls;
+    return problems::Sphere().EvaluateWithGradient(x, g);
+  };
+  const long iterations = comm.rank() == 1 ? 3 : 5;
+  try {
+    minimize_distributed(f, UniformStart(kDim, 2), Sgd{.lr = 0.01}, WithN(4), comm, {},
+                         Stop{.max_iters = iterations});
+    ADD_FAILURE() << "rank " << comm.rank() << ": different max_iters were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "ranks disagree on stop.max_iters: rank 0 has 5, rank 1 has 3"));
+  }
+  EXPECT_EQ(calls, 0);
+}
+
 // OnFailure::drop: the failed point is dropped on every rank, exactly as a
 // single process drops a pair whose loss is not finite.
 inline void CheckFailureDrops(Communicator& comm) {
