@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <limits>
 #include <numeric>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "communicator_contract.hpp"
@@ -173,28 +175,41 @@ TEST(MpiErrors, DifferentSizesInCollectiveRoundsAreNotFatal) {
   } catch (const optex::CommunicatorError& e) {
     EXPECT_THAT(e.what(), HasSubstr("all_gather_floats"));
   }
+  MPI_Barrier(MPI_COMM_WORLD);  // the buffers outlive every rank's attempt
 }
 
 // A timeout names the ranks that did not arrive (here the odd ranks, which
-// skip the collective), on every rank that waited.
+// come too late), on every rank that waited.
 TEST(MpiErrors, TimeoutNamesTheRanksThatDidNotArrive) {
   const std::string odd = comm_size_odd_ranks();
   for (const std::string operation : {"all_gather_bytes", "barrier"}) {
     SCOPED_TRACE(operation);
     MpiCommunicator comm;
     comm.set_timeout(Communicator::Seconds{0.5});
-    if (comm.rank() % 2 == 1) continue;  // stops calling
-    try {
-      std::vector<std::byte> mine(4);
-      std::vector<std::byte> all(4 * static_cast<std::size_t>(comm.size()));
-      if (operation == "barrier")
+    // Alive until every late message has landed (the world barrier below).
+    std::vector<std::byte> mine(4);
+    std::vector<std::byte> all(4 * static_cast<std::size_t>(comm.size()));
+    const auto call = [&] {
+      if (operation == "barrier") {
         comm.barrier();
-      else
+      } else {
         comm.all_gather_bytes(mine, all);
-      ADD_FAILURE() << "the collective completed without the odd ranks";
-    } catch (const optex::CommunicatorTimeout& e) {
-      EXPECT_THAT(e.what(), HasSubstr(operation + ": did not complete within 0.5 s: " + odd));
+      }
+    };
+    if (comm.rank() % 2 == 1) {
+      // Late: the others have given up; their messages and posted receives
+      // are there, so this rank completes and nothing is left in flight.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      EXPECT_NO_THROW(call());
+    } else {
+      try {
+        call();
+        ADD_FAILURE() << "the collective completed without the odd ranks";
+      } catch (const optex::CommunicatorTimeout& e) {
+        EXPECT_THAT(e.what(), HasSubstr(operation + ": did not complete within 0.5 s: " + odd));
+      }
     }
+    MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 
