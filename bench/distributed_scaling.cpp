@@ -1,6 +1,7 @@
 // Distributed OptEx under mpirun: parallel efficiency and communication time.
 //
 //   mpirun -np 2 ./build/bench/distributed_scaling --json out.json --markdown out.md
+//   (--timeout SECONDS bounds every wait for another rank; default 600)
 //
 // 1. Parallel efficiency. An objective that costs --cost-ms per gradient
 //    (Rosenbrock, evaluated repeatedly: fixed work, calibrated on rank 0) and
@@ -23,7 +24,9 @@
 #include <optex/distributed_engine.hpp>
 #include <optex/mpi_communicator.hpp>
 #include <optex/problems.hpp>
+#include <optex/startup_agreement.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,12 +130,47 @@ int main(int argc, char** argv) {
   app.add_option("--comm-dims", comm_dims, "dimensions of the communication runs (comma list)");
   app.add_option("--comm-iterations", comm_iterations, "iterations per communication run")
       ->check(CLI::PositiveNumber);
+  double timeout = optex::Communicator::kDefaultTimeout.count();
+  app.add_option("--timeout", timeout,
+                 "seconds a rank waits for the others in a collective before the run aborts "
+                 "(positive, finite; default 600)");
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--markdown", markdown_path, "write the results as a Markdown table (rank 0)");
+  // Every rank parses its own command line, then the ranks agree on the
+  // outcome (optex/startup_agreement.hpp): a bad flag or --help on one rank
+  // ends every rank at once instead of leaving them waiting.
+  optex::StartupStatus status;
   try {
     app.parse(argc, argv);
+    try {
+      world.set_timeout(optex::Communicator::Seconds{timeout});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--") + e.what());
+    }
+  } catch (const CLI::CallForHelp&) {
+    status.kind = optex::StartupStatus::Kind::help;
   } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    status.fail(e.what());
+  } catch (const std::invalid_argument& e) {
+    status.fail(e.what());
+  }
+  // What every rank must share (--json and --markdown are rank 0's alone).
+  status.add("--parallelism", parallelism);
+  status.add("--cost-ms", cost_ms);
+  status.add("--dim", dim);
+  status.add("--iterations", iterations);
+  status.add("--repeats", repeats);
+  status.add("--comm-dims", comm_dims);
+  status.add("--comm-iterations", comm_iterations);
+  status.add("--timeout", timeout);
+  const optex::StartupOutcome agreed = optex::agree_on_startup(world, status);
+  if (agreed.print_help) std::fputs(app.help().c_str(), stdout);
+  if (!agreed.run) {
+    if (!agreed.message.empty()) {
+      std::fprintf(stderr, "distributed_scaling: rank %d of %d: %s\n", rank, size,
+                   agreed.message.c_str());
+    }
+    return agreed.exit_code;
   }
   // Every rank parses the same text, so every rank stops here alike.
   std::vector<std::size_t> dims;

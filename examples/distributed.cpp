@@ -4,11 +4,19 @@
 //   mpirun -np 8 ./build/examples/optex_distributed --data-parallel 2
 //                                        # 4 groups x 2 ranks, each group averages 2 minibatches
 //   mpirun -np 2 ./build/examples/optex_distributed --backend nccl  # one process per GPU
+//   mpirun -np 4 ./build/examples/optex_distributed --timeout 30     # a lost rank ends the run in
+//   30 s
+//
+// Every rank parses its own command line; before anything else the ranks
+// agree on it (optex/startup_agreement.hpp), so a bad flag or --help on one
+// rank, or settings that differ between ranks, end every rank at once with a
+// message naming the rank and the reason.
 //
 // The objective is Rosenbrock with minibatch noise: a stochastic gradient
 // whose noise is a pure function of the minibatch seed, so every run with the
 // same seed follows the same trajectory on every rank.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +25,7 @@
 #include <optex/distributed_minimize.hpp>
 #include <optex/mpi_communicator.hpp>
 #include <optex/problems.hpp>
+#include <optex/startup_agreement.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -47,26 +56,64 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   long iterations = 100;
   double lr = 0.01;
   double sigma = 0.1;
+  double timeout = optex::Communicator::kDefaultTimeout.count();
   std::string backend = "mpi";
-  app.add_option("--dim", dim, "dimension of the problem")->check(CLI::PositiveNumber);
+  app.add_option("--dim", dim, "dimension of the problem (>= 1)");
   app.add_option("--parallelism", parallelism,
-                 "N: points per iteration (default: one per group of ranks)");
+                 "N: points per iteration, in [1, 65536] (default: one per group of ranks)")
+      ->check(CLI::Range(1, optex::kMaxParallelism));
   app.add_option("--data-parallel", data_parallel,
                  "D: ranks per group averaging their minibatch gradients")
       ->check(CLI::PositiveNumber);
   app.add_option("--iterations", iterations, "rounds")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--sigma", sigma, "gradient noise per coordinate")->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout", timeout,
+                 "seconds a rank waits for the others in a collective before the run aborts "
+                 "(positive, finite; default 600)");
   app.add_option("--backend", backend, "mpi (host rows) or nccl (device rows, one GPU per rank)")
       ->check(CLI::IsMember({"mpi", "nccl"}));
+
+  // Every rank parses its own command line; the ranks then agree on the
+  // outcome before any other collective, so that a rank with a bad flag (or
+  // --help) does not leave the others waiting for it.
+  optex::StartupStatus status;
   try {
     app.parse(argc, argv);
+    if (dim < 1) throw std::invalid_argument("--dim: must be >= 1, got 0");
+    try {
+      world.set_timeout(optex::Communicator::Seconds{timeout});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--") + e.what());  // "--timeout: must be ..."
+    }
+  } catch (const CLI::CallForHelp&) {
+    status.kind = optex::StartupStatus::Kind::help;
   } catch (const CLI::ParseError& e) {
-    return world.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    status.fail(e.what());
+  } catch (const std::invalid_argument& e) {
+    status.fail(e.what());
+  }
+  if (parallelism == 0) parallelism = world.size() / std::max(1, data_parallel);
+  status.add("--dim", dim);
+  status.add("--parallelism", parallelism);
+  status.add("--data-parallel", data_parallel);
+  status.add("--iterations", iterations);
+  status.add("--lr", lr);
+  status.add("--sigma", sigma);
+  status.add("--timeout", timeout);
+  status.add("--backend", backend);
+  const optex::StartupOutcome agreed = optex::agree_on_startup(world, status);
+  if (agreed.print_help) std::fputs(app.help().c_str(), stdout);
+  if (!agreed.run) {
+    if (!agreed.message.empty()) {
+      std::fprintf(stderr, "optex_distributed: rank %d of %d: %s\n", world.rank(), world.size(),
+                   agreed.message.c_str());
+    }
+    return agreed.exit_code;
   }
 
   optex::Options options;
-  options.parallelism = parallelism > 0 ? parallelism : world.size() / data_parallel;
+  options.parallelism = parallelism;
   optex::DistributedOptions distributed;
   distributed.data_parallel = data_parallel;
 

@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -16,6 +18,22 @@ void Communicator::set_timeout(Seconds timeout) {
                                 std::to_string(timeout.count()) + " s");
   }
   timeout_ = timeout;
+}
+
+std::vector<std::string> Communicator::all_gather_text(std::string_view mine) {
+  const auto ranks = static_cast<std::size_t>(size());
+  const std::uint64_t length = mine.size();
+  std::vector<std::uint64_t> lengths(ranks);
+  all_gather(std::span<const std::uint64_t>(&length, 1), std::span<std::uint64_t>(lengths));
+  std::uint64_t longest = 0;
+  for (const std::uint64_t l : lengths) longest = std::max(longest, l);
+  std::vector<char> padded(longest);
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  std::vector<char> all(longest * ranks);
+  all_gather(std::span<const char>(padded), std::span<char>(all));
+  std::vector<std::string> texts(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) texts[r].assign(all.data() + r * longest, lengths[r]);
+  return texts;
 }
 
 Communicator::NodeLocal Communicator::node_local() {

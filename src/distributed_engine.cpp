@@ -12,6 +12,7 @@
 #include "optex/data_parallel.hpp"
 #include "optex/detail/configuration_fingerprint.hpp"
 #include "optex/random.hpp"
+#include "optex/startup_agreement.hpp"
 
 namespace optex {
 namespace {
@@ -26,6 +27,17 @@ std::string name_ranks(const std::vector<int>& ranks) {
     s += std::to_string(ranks[k]);
   }
   return s;
+}
+
+// Collective, after the ranks found that their configurations differ: names
+// the first field that differs and the ranks that differ from rank 0.
+std::string mismatch_text(Communicator& comm,
+                          const std::vector<std::pair<std::string, std::string>>& fields,
+                          const std::vector<int>& differ) {
+  std::string first = first_disagreement(comm, fields);
+  if (first.empty()) first = "ranks disagree on a field this build cannot name";
+  return first + " (" + name_ranks(differ) + (differ.size() == 1 ? " differs" : " differ") +
+         " from rank 0)";
 }
 
 // Copies a message into a fixed, zero-terminated field.
@@ -422,8 +434,11 @@ void DistributedEngine::set_optimizer(const OptimizerRanges& optimizer) {
     if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
   }
   if (!differ.empty()) {
-    throw std::invalid_argument("set_optimizer: " + name_ranks(differ) +
-                                " were given other hyperparameters than rank 0");
+    throw std::invalid_argument(
+        "set_optimizer: " +
+        mismatch_text(*world_,
+                      detail::configuration_fields(engine_.options(), optimizer, engine_.dim()),
+                      differ));
   }
   collectively(*world_, "set_optimizer", true, [&] { engine_.set_optimizer(optimizer); });
 }
@@ -440,9 +455,15 @@ void DistributedEngine::check_same_configuration() {
     if (c.fingerprint != all[0].fingerprint || c.layout != all[0].layout) differ.push_back(r);
   }
   if (!differ.empty()) {
-    throw std::invalid_argument("DistributedEngine: " + name_ranks(differ) +
-                                " were given other options, optimizer, dimension or "
-                                "distributed options than rank 0");
+    // Every rank knows of the mismatch: they exchange the fields themselves
+    // to name the first that differs.
+    auto fields =
+        detail::configuration_fields(engine_.options(), engine_.optimizer_ranges(), engine_.dim());
+    fields.emplace_back("distributed.data_parallel", std::to_string(distributed_.data_parallel));
+    fields.emplace_back("distributed.hash_interval", std::to_string(distributed_.hash_interval));
+    fields.emplace_back("distributed.on_failure",
+                        distributed_.on_failure == OnFailure::abort ? "abort" : "drop");
+    throw std::invalid_argument("DistributedEngine: " + mismatch_text(*world_, fields, differ));
   }
 }
 

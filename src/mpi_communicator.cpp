@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -127,12 +128,55 @@ void MpiCommunicator::check_usable(std::string_view operation) const {
 
 void MpiCommunicator::check(int code, std::string_view operation, std::string_view call) {
   if (code == MPI_SUCCESS) return;
-  const std::string what = std::string(call) + " failed: " + error_text(code);
+  fail(operation, std::string(call) + " failed: " + error_text(code));
+}
+
+void MpiCommunicator::fail(std::string_view operation, const std::string& what) {
   failure_ = std::string(operation) + ": " + what;
   throw CommunicatorError(where(operation) + ": " + what);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Polling polling) {
+bool MpiCommunicator::completed(Pending& p, std::string_view operation, Problem& problem) {
+  if (p.request == MPI_REQUEST_NULL) return true;
+  // Not MPI_Test: Open MPI reports the error of a non-blocking collective
+  // from MPI_Test to MPI_COMM_WORLD's handler (fatal by default), not to
+  // comm_'s. MPI_Request_get_status hands the error back in the status.
+  int done = 0;
+  MPI_Status status{};
+  status.MPI_ERROR = MPI_SUCCESS;
+  check(MPI_Request_get_status(p.request, &done, &status), operation, "MPI_Request_get_status");
+  if (!done) return false;
+  const std::string from = p.peer >= 0 ? " from rank " + std::to_string(p.peer) : "";
+  std::string what;
+  if (status.MPI_ERROR != MPI_SUCCESS) {
+    int error_class = MPI_SUCCESS;
+    MPI_Error_class(status.MPI_ERROR, &error_class);
+    if (error_class == MPI_ERR_TRUNCATE) {
+      what = "a message" + from + " was longer than this rank's " +
+             (p.receive ? std::to_string(p.bytes) + " bytes" : "buffer") + " (" +
+             error_text(status.MPI_ERROR) +
+             "): the ranks called different operations or passed different sizes";
+    } else {
+      what = "a request" + from + " failed: " + error_text(status.MPI_ERROR);
+    }
+  } else if (p.receive) {
+    int received = 0;
+    check(MPI_Get_count(&status, MPI_BYTE, &received), operation, "MPI_Get_count");
+    if (static_cast<std::size_t>(received) != p.bytes) {
+      what = "rank " + std::to_string(p.peer) + " contributed " + std::to_string(received) +
+             " bytes, this rank expects " + std::to_string(p.bytes) +
+             ": the ranks called different operations or passed different sizes";
+    }
+  }
+  // The lowest rank's problem, whatever the order of completion.
+  if (!what.empty() && (problem.what.empty() || p.peer < problem.peer)) problem = {p.peer, what};
+  check(MPI_Request_free(&p.request), operation, "MPI_Request_free");
+  p.request = MPI_REQUEST_NULL;
+  return true;
+}
+
+void MpiCommunicator::wait_all(std::vector<Pending>& pending, std::string_view operation,
+                               Polling polling) {
   using Clock = std::chrono::steady_clock;
   // Clamped so that a huge (but finite) timeout cannot overflow the clock.
   const auto deadline =
@@ -140,18 +184,44 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Pol
   // Waiting for other ranks: short sleeps first (small collectives finish in
   // microseconds), then 1 ms, since with more ranks than cores a spinning rank
   // would starve the others. Moving data: Open MPI progresses a transfer only
-  // inside MPI_Test, one fragment per call, so a sleep between calls would
+  // inside MPI calls, one fragment per call, so a sleep between calls would
   // throttle it to a fragment per millisecond; there it yields instead.
   auto pause = std::chrono::microseconds(20);
   constexpr auto kLongestPause = std::chrono::microseconds(1000);
+  // A problem with one request is reported once the others are done too:
+  // until then MPI may still write into the caller's buffers.
+  Problem problem;
   for (;;) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), operation, "MPI_Test");
-    if (done) return;
+    bool all_done = true;
+    for (Pending& p : pending) all_done = completed(p, operation, problem) && all_done;
+    if (all_done && problem.what.empty()) return;
+    if (all_done || (!problem.what.empty() && Clock::now() >= deadline)) {
+      fail(operation, problem.what);
+    }
     if (Clock::now() >= deadline) {
-      const std::string what = "did not complete within " + seconds_text(timeout()) +
-                               ": a rank has failed, stopped calling the engine, or is slower "
-                               "than the timeout (Communicator::set_timeout)";
+      // The ranks whose messages are outstanding have not arrived (or not
+      // taken this rank's message); a collective does not say which rank it
+      // waits for.
+      std::vector<int> missing;
+      bool unknown = false;
+      for (const Pending& p : pending) {
+        if (p.request == MPI_REQUEST_NULL) continue;
+        if (p.peer < 0)
+          unknown = true;
+        else if (std::find(missing.begin(), missing.end(), p.peer) == missing.end())
+          missing.push_back(p.peer);
+      }
+      std::sort(missing.begin(), missing.end());
+      std::string who = "a rank has";
+      if (!unknown && !missing.empty()) {
+        who = missing.size() == 1 ? "rank " : "ranks ";
+        for (std::size_t k = 0; k < missing.size(); ++k)
+          who += (k > 0 ? ", " : "") + std::to_string(missing[k]);
+        who += missing.size() == 1 ? " has" : " have";
+      }
+      const std::string what = "did not complete within " + seconds_text(timeout()) + ": " + who +
+                               " not arrived (failed, stopped calling the engine, or slower "
+                               "than the timeout: Communicator::set_timeout)";
       failure_ = std::string(operation) + " " + what;
       throw CommunicatorTimeout(where(operation) + ": " + what);
     }
@@ -164,7 +234,58 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Pol
   }
 }
 
+void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Polling polling) {
+  std::vector<Pending> pending{Pending{request, -1, false, 0}};
+  request = MPI_REQUEST_NULL;
+  wait_all(pending, operation, polling);
+}
+
+void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* all,
+                                            std::span<const std::size_t> bytes,
+                                            std::string_view operation) {
+  // One tag for every collective of this kind: messages between two ranks
+  // do not overtake each other, and a rank in another operation sends a
+  // message of another size, which the receiver names.
+  constexpr int kTag = 17;
+  const auto ranks = static_cast<std::size_t>(size_);
+  const auto me = static_cast<std::size_t>(rank_);
+  std::vector<std::size_t> offsets(ranks);
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    offsets[r] = total;
+    total += bytes[r];
+  }
+  std::byte none{};  // a valid address for empty messages
+  const auto at = [&](std::size_t r) { return bytes[r] > 0 ? all + offsets[r] : &none; };
+  std::vector<Pending> pending;
+  pending.reserve(2 * ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (r == me) continue;
+    Pending p{MPI_REQUEST_NULL, static_cast<int>(r), true, bytes[r]};
+    check(MPI_Irecv(at(r), static_cast<int>(bytes[r]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+                    &p.request),
+          operation, "MPI_Irecv");
+    pending.push_back(p);
+  }
+  const std::byte* send = bytes[me] > 0 ? mine : &none;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (r == me) continue;
+    Pending p{MPI_REQUEST_NULL, static_cast<int>(r), false, 0};
+    check(MPI_Isend(send, static_cast<int>(bytes[me]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+                    &p.request),
+          operation, "MPI_Isend");
+    pending.push_back(p);
+  }
+  if (bytes[me] > 0 && mine != all + offsets[me]) std::memcpy(all + offsets[me], mine, bytes[me]);
+  wait_all(pending, operation);
+}
+
 void MpiCommunicator::wait_for_every_rank(std::string_view operation) {
+  if (size_ <= kNamedRanksLimit) {
+    const std::vector<std::size_t> nothing(static_cast<std::size_t>(size_), 0);
+    gather_point_to_point(nullptr, nullptr, nothing, operation);
+    return;
+  }
   MPI_Request request = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(comm_, &request), operation, "MPI_Ibarrier");
   wait(request, operation, Polling::arrival);
@@ -190,11 +311,12 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
     total += counts[r];
   }
   const bool in_place = counts[me] == 0 || mine == all + offsets[me] * element_bytes;
-  // A large gather: first wait (sleeping) until every rank has arrived, which
-  // may take as long as the slowest rank's gradient, then move the data
-  // without sleeping between polls.
+  // First wait (sleeping) until every rank has arrived, which may take as
+  // long as the slowest rank's gradient (and names the ranks that do not
+  // arrive), then move the data; a large transfer without sleeping between
+  // polls.
   const bool large = total * element_bytes > kLargeTransferBytes;
-  if (large) wait_for_every_rank(operation);
+  wait_for_every_rank(operation);
   std::vector<int> window_counts(ranks);
   std::vector<int> window_displacements(ranks);
   for (std::size_t begin = 0; begin < total; begin += max_chunk_floats_) {
@@ -225,17 +347,12 @@ void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::spa
     throw std::invalid_argument(where(kOperation) + ": all.size() must be size() * mine.size() = " +
                                 std::to_string(n * ranks) + ", got " + std::to_string(all.size()));
   }
-  if (n > max_chunk_floats_) {
-    const std::vector<std::size_t> counts(ranks, n);
-    gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, kOperation);
+  const std::vector<std::size_t> counts(ranks, n);
+  if (n <= max_chunk_floats_ && point_to_point(n * ranks)) {
+    gather_point_to_point(mine.data(), all.data(), counts, kOperation);
     return;
   }
-  const bool in_place = n > 0 && mine.data() == all.data() + n * static_cast<std::size_t>(rank_);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check(MPI_Iallgather(in_place ? MPI_IN_PLACE : mine.data(), static_cast<int>(n), MPI_BYTE,
-                       all.data(), static_cast<int>(n), MPI_BYTE, comm_, &request),
-        kOperation, "MPI_Iallgather");
-  wait(request, kOperation);
+  gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, kOperation);
 }
 
 void MpiCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
@@ -246,33 +363,34 @@ void MpiCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
     throw std::invalid_argument(
         where(kOperation) + ": values.size() must be at most INT_MAX, got " + std::to_string(n));
   }
-  MPI_Request request = MPI_REQUEST_NULL;
-  if (op == ReduceOp::sum) {
-    // MPI may add in a different order on different ranks (recursive
-    // doubling, for one), and the engine needs the same bits everywhere:
-    // every rank gathers all the values and adds them in rank order. The
-    // values are a few scalars, so the gather costs nothing worth noting.
-    std::vector<double> everyone(n * static_cast<std::size_t>(size_));
-    check(MPI_Iallgather(values.data(), static_cast<int>(n), MPI_DOUBLE, everyone.data(),
-                         static_cast<int>(n), MPI_DOUBLE, comm_, &request),
-          kOperation, "MPI_Iallgather");
-    wait(request, kOperation);
-    for (std::size_t i = 0; i < n; ++i) {
-      double sum = everyone[i];
-      for (std::size_t r = 1; r < static_cast<std::size_t>(size_); ++r) sum += everyone[r * n + i];
-      values[i] = sum;
-    }
-    return;
-  }
-  if (op != ReduceOp::min && op != ReduceOp::max) {
+  if (op != ReduceOp::sum && op != ReduceOp::min && op != ReduceOp::max) {
     throw std::invalid_argument(where(kOperation) + ": op: unknown ReduceOp " +
                                 std::to_string(static_cast<int>(op)));
   }
-  // min and max are exact: any order gives the same bits.
-  check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(n), MPI_DOUBLE,
-                       op == ReduceOp::min ? MPI_MIN : MPI_MAX, comm_, &request),
-        kOperation, "MPI_Iallreduce");
-  wait(request, kOperation);
+  // MPI may add in a different order on different ranks (recursive
+  // doubling, for one), and the engine needs the same bits everywhere:
+  // every rank gathers all the values and reduces them in rank order. The
+  // values are a few scalars, so the gather costs nothing worth noting.
+  std::vector<double> everyone(n * static_cast<std::size_t>(size_));
+  all_gather(std::span<const double>(values), std::span<double>(everyone));
+  for (std::size_t i = 0; i < n; ++i) {
+    double result = everyone[i];
+    for (std::size_t r = 1; r < static_cast<std::size_t>(size_); ++r) {
+      const double other = everyone[r * n + i];
+      switch (op) {
+        case ReduceOp::sum:
+          result += other;
+          break;
+        case ReduceOp::min:
+          result = other < result ? other : result;
+          break;
+        case ReduceOp::max:
+          result = other > result ? other : result;
+          break;
+      }
+    }
+    values[i] = result;
+  }
 }
 
 void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
@@ -282,15 +400,40 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
     throw std::invalid_argument(where(kOperation) + ": root: must be in [0, " +
                                 std::to_string(size_) + "), got " + std::to_string(root));
   }
-  // Pieces of at most INT_MAX bytes; one call when it fits (an empty one too,
-  // so that every call is a collective).
+  if (point_to_point(data.size())) {
+    // The root sends to every rank; the others wait for the root (named if
+    // it does not arrive).
+    std::vector<std::size_t> bytes(static_cast<std::size_t>(size_), 0);
+    constexpr int kTag = 18;
+    std::byte none{};
+    std::byte* buffer = data.empty() ? &none : data.data();
+    const int count = static_cast<int>(data.size());
+    std::vector<Pending> pending;
+    if (rank_ == root) {
+      for (int r = 0; r < size_; ++r) {
+        if (r == root) continue;
+        Pending p{MPI_REQUEST_NULL, r, false, 0};
+        check(MPI_Isend(buffer, count, MPI_BYTE, r, kTag, comm_, &p.request), kOperation,
+              "MPI_Isend");
+        pending.push_back(p);
+      }
+    } else {
+      Pending p{MPI_REQUEST_NULL, root, true, data.size()};
+      check(MPI_Irecv(buffer, count, MPI_BYTE, root, kTag, comm_, &p.request), kOperation,
+            "MPI_Irecv");
+      pending.push_back(p);
+    }
+    wait_all(pending, kOperation);
+    return;
+  }
+  // Pieces of at most INT_MAX bytes.
   std::size_t begin = 0;
   do {
     const std::size_t piece = std::min(data.size() - begin, kIntMax);
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibcast(data.data() + begin, static_cast<int>(piece), MPI_BYTE, root, comm_, &request),
           kOperation, "MPI_Ibcast");
-    wait(request, kOperation);
+    wait(request, kOperation, Polling::transfer);
     begin += piece;
   } while (begin < data.size());
 }
@@ -298,9 +441,7 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
 void MpiCommunicator::barrier() {
   constexpr std::string_view kOperation = "barrier";
   check_usable(kOperation);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check(MPI_Ibarrier(comm_, &request), kOperation, "MPI_Ibarrier");
-  wait(request, kOperation);
+  wait_for_every_rank(kOperation);
 }
 
 void MpiCommunicator::all_gather_floats(const float* mine, float* all,
@@ -321,6 +462,13 @@ void MpiCommunicator::all_gather_floats(const float* mine, float* all,
   if (all == nullptr && total > 0) {
     throw std::invalid_argument(where(kOperation) + ": all: null with " + std::to_string(total) +
                                 " floats to receive");
+  }
+  if (total <= max_chunk_floats_ && point_to_point(total * sizeof(float))) {
+    std::vector<std::size_t> bytes(counts.begin(), counts.end());
+    for (std::size_t& b : bytes) b *= sizeof(float);
+    gather_point_to_point(reinterpret_cast<const std::byte*>(mine),
+                          reinterpret_cast<std::byte*>(all), bytes, kOperation);
+    return;
   }
   gather_in_windows(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),
                     counts, MPI_FLOAT, sizeof(float), kOperation);

@@ -29,8 +29,8 @@ void require_non_negative(const char* name, double v) {
 }  // namespace
 
 void Options::validate() const {
-  if (parallelism < 1) reject("parallelism", parallelism, ">= 1");
-  if (parallelism > kMaxParallelism) reject("parallelism", parallelism, "<= 65536");
+  if (parallelism < 1 || parallelism > kMaxParallelism)
+    reject("parallelism", parallelism, "in [1, 65536]");
   // The fit is an O(T0^3) solve and the CUDA step keeps T0 weights in shared
   // memory: a history beyond a few thousand pairs is a mistake, not a setting.
   if (history < 1 || history > kMaxHistory) reject("history", history, "in [1, 4096]");

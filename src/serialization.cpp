@@ -7,12 +7,13 @@ namespace optex::detail {
 namespace {
 
 template <class O>
-void put_fields(Writer& w, const O& o) {
+void put_fields(Writer& w, const O& o, std::string_view prefix) {
   for_each_hyperparameter<O>([&](const auto& field) {
+    const std::string name = std::string(prefix) + "." + std::string(field.name);
     if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::value_type, bool>) {
-      w.put<std::uint8_t>(o.*field.member ? 1 : 0);
+      w.put<std::uint8_t>(o.*field.member ? 1 : 0, name, o.*field.member ? "true" : "false");
     } else {
-      w.put<double>(o.*field.member);
+      w.put<double>(o.*field.member, name);
     }
   });
 }
@@ -34,22 +35,23 @@ O get_fields(Reader& r) {
 }  // namespace
 
 void put_options(Writer& w, const Options& o) {
-  w.put<std::int32_t>(o.parallelism);
-  w.put<std::int32_t>(o.history);
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.kernel));
-  w.put(o.lengthscale);
-  w.put(o.noise);
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.input_scaling));
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.warmup));
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.lengthscale_selection));
-  w.put<std::int32_t>(o.selection_interval);
-  w.put_vector(o.lengthscale_grid);
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.proxy));
-  w.put(o.seed);
+  w.put<std::int32_t>(o.parallelism, "options.parallelism");
+  w.put<std::int32_t>(o.history, "options.history");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.kernel), "options.kernel");
+  w.put(o.lengthscale, "options.lengthscale");
+  w.put(o.noise, "options.noise");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.input_scaling), "options.input_scaling");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.warmup), "options.warmup");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.lengthscale_selection),
+                      "options.lengthscale_selection");
+  w.put<std::int32_t>(o.selection_interval, "options.selection_interval");
+  w.put_vector(o.lengthscale_grid, "options.lengthscale_grid");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.proxy), "options.proxy");
+  w.put(o.seed, "options.seed");
   // Format 2.
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.device.kind));
-  w.put<std::int32_t>(o.device.index);
-  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.history_precision));
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.device.kind), "options.device.kind");
+  w.put<std::int32_t>(o.device.index, "options.device.index");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.history_precision), "options.history_precision");
 }
 
 Options get_options(Reader& r, std::uint32_t version) {
@@ -75,11 +77,11 @@ Options get_options(Reader& r, std::uint32_t version) {
   return o;
 }
 
-void put_optimizer(Writer& w, const Optimizer& optimizer) {
+void put_optimizer(Writer& w, const Optimizer& optimizer, std::string_view name) {
   std::visit(
       [&](const auto& o) {
-        w.put<std::uint8_t>(o.checkpoint_tag);
-        put_fields(w, o);
+        w.put<std::uint8_t>(o.checkpoint_tag, std::string(name) + ".kind", std::string(o.name));
+        put_fields(w, o, name);
       },
       optimizer);
 }
@@ -97,10 +99,12 @@ Optimizer get_optimizer(Reader& r) {
 }
 
 void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges) {
-  w.put<std::uint32_t>(static_cast<std::uint32_t>(ranges.count()));
+  w.put<std::uint32_t>(static_cast<std::uint32_t>(ranges.count()), "optimizer.ranges");
+  std::size_t k = 0;
   for (const OptimizerRange& range : ranges.ranges()) {
-    w.put<std::uint64_t>(range.size);
-    put_optimizer(w, range.optimizer);
+    const std::string name = "optimizer[" + std::to_string(k++) + "]";
+    w.put<std::uint64_t>(range.size, name + ".size");
+    put_optimizer(w, range.optimizer, ranges.count() == 1 ? "optimizer" : name);
   }
 }
 

@@ -8,6 +8,7 @@
 // checkpoint.cpp and docs/DESIGN.md section 6.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -22,14 +23,50 @@
 
 namespace optex::detail {
 
+// The text of a value in a message: integers as integers, doubles in the
+// shortest form that reads back the same.
+template <class T>
+std::string value_text(const T& v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char text[32];
+    const auto result = std::to_chars(text, text + sizeof text, v);
+    return std::string(text, result.ptr);
+  } else {
+    return std::to_string(+v);
+  }
+}
+
 class Writer {
  public:
+  // A named value, as a labelled writer records it.
+  struct Field {
+    std::string name;
+    std::string value;
+  };
+  // A labelled writer also records the name and text of every value put
+  // with a name (the configuration fingerprint's, to say which field differs).
+  explicit Writer(bool labelled = false) : labelled_(labelled) {}
+
   template <class T>
   void put(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     const auto* p = reinterpret_cast<const char*>(&v);
     bytes_.insert(bytes_.end(), p, p + sizeof(T));
   }
+  // `text`: how to show the value (default: value_text).
+  template <class T>
+  void put(const T& v, std::string_view name, std::string text = {}) {
+    put(v);
+    if (labelled_) fields_.push_back({std::string(name), text.empty() ? value_text(v) : text});
+  }
+  void put_vector(const std::vector<double>& v, std::string_view name) {
+    put_vector(v);
+    if (!labelled_) return;
+    std::string text = "[";
+    for (std::size_t k = 0; k < v.size(); ++k) text += (k > 0 ? ", " : "") + value_text(v[k]);
+    fields_.push_back({std::string(name), text + "]"});
+  }
+  const std::vector<Field>& fields() const { return fields_; }
   template <class T>
   void put_vector(std::span<const T> v) {
     put<std::uint64_t>(v.size());
@@ -48,6 +85,8 @@ class Writer {
 
  private:
   std::vector<char> bytes_;
+  bool labelled_ = false;
+  std::vector<Field> fields_;
 };
 
 // Reads what Writer wrote. Every read names the field it reads, and every
@@ -130,7 +169,8 @@ Options get_options(Reader& r, std::uint32_t version);
 // One optimizer: its checkpoint tag, then its hyperparameters in declaration
 // order (a double as 8 bytes, a bool as one byte). Formats 1 and 2 stored
 // the single optimizer of an engine exactly so.
-void put_optimizer(Writer& w, const Optimizer& optimizer);
+// `name` prefixes the names of its fields ("optimizer[1].lr").
+void put_optimizer(Writer& w, const Optimizer& optimizer, std::string_view name = "optimizer");
 Optimizer get_optimizer(Reader& r);
 
 // Format 3: a u32 count, then per range its u64 size and its optimizer.

@@ -2,23 +2,54 @@
 
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
+
+#include "optex/options.hpp"
 
 namespace optex {
 
-ThreadPool::ThreadPool(int threads) {
-  if (threads < 1)
-    throw std::invalid_argument("threads: must be >= 1, got " + std::to_string(threads));
+ThreadPool::ThreadPool(int threads)
+    : ThreadPool(threads,
+                 [](int, std::function<void()> work) { return std::thread(std::move(work)); }) {}
+
+ThreadPool::ThreadPool(int threads, const detail::ThreadStarter& start) {
+  if (threads < 1 || threads > kMaxParallelism) {
+    throw std::invalid_argument("threads: must be in [1, " + std::to_string(kMaxParallelism) +
+                                "], got " + std::to_string(threads));
+  }
   workers_.reserve(static_cast<std::size_t>(threads));
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  for (int i = 0; i < threads; ++i) {
+    // The workers already started wait on this object's condition variables:
+    // they must be stopped and joined before the exception leaves, or the
+    // members' destructors would wait for them forever.
+    const auto what = [&] {
+      return "ThreadPool: starting thread " + std::to_string(i) + " of " + std::to_string(threads) +
+             " (indices from 0) failed";
+    };
+    try {
+      workers_.push_back(start(i, [this] { work(); }));
+    } catch (const std::system_error& e) {
+      stop_and_join();
+      throw std::system_error(e.code(), what());
+    } catch (const std::exception& e) {
+      stop_and_join();
+      throw std::runtime_error(what() + ": " + e.what());
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   start_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 void ThreadPool::parallel_for(int n, const std::function<void(int)>& body) {

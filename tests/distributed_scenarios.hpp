@@ -203,6 +203,29 @@ inline void CheckMinimizeReportsFailureEverywhere(Communicator& comm) {
       RankFailure);
 }
 
+// Different stop criteria per rank would end the ranks at different
+// iterations, in collectives of different sizes: refused before the first
+// iteration, on every rank, naming the criterion.
+inline void CheckMinimizeRefusesDifferentStops(Communicator& comm) {
+  comm.set_timeout(kTestTimeout);
+  if (comm.size() < 2) return;
+  int calls = 0;
+  auto f = [&calls](std::span<const float> x, std::span<float> g) {
+    ++calls;
+    return problems::Sphere().EvaluateWithGradient(x, g);
+  };
+  const long iterations = comm.rank() == 1 ? 3 : 5;
+  try {
+    minimize_distributed(f, UniformStart(kDim, 2), Sgd{.lr = 0.01}, WithN(4), comm, {},
+                         Stop{.max_iters = iterations});
+    ADD_FAILURE() << "rank " << comm.rank() << ": different max_iters were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "ranks disagree on stop.max_iters: rank 0 has 5, rank 1 has 3"));
+  }
+  EXPECT_EQ(calls, 0);
+}
+
 // OnFailure::drop: the failed point is dropped on every rank, exactly as a
 // single process drops a pair whose loss is not finite.
 inline void CheckFailureDrops(Communicator& comm) {
@@ -277,7 +300,30 @@ inline void CheckConfigurationMismatchIsRefused(Communicator& comm) {
     DistributedEngine engine(x0, Sgd{.lr = lr}, WithN(4), comm);
     ADD_FAILURE() << "rank " << comm.rank() << ": a different lr was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("rank " + std::to_string(comm.size() - 1)));
+    // The first field that differs, with the values of rank 0 and of the rank that differs.
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("ranks disagree on optimizer.lr: rank 0 has 0.01, rank " +
+                                     std::to_string(comm.size() - 1) + " has 0.02"));
+  }
+  // Options too, by name: the history on the last rank.
+  Options shorter = WithN(4);
+  if (comm.rank() == comm.size() - 1) shorter.history = 7;
+  try {
+    DistributedEngine engine(x0, Sgd{.lr = 0.01}, shorter, comm);
+    ADD_FAILURE() << "rank " << comm.rank() << ": a different history was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("ranks disagree on options.history: rank 0 has " +
+                                               std::to_string(WithN(4).history) + ", rank " +
+                                               std::to_string(comm.size() - 1) + " has 7"));
+  }
+  // And the distributed options.
+  DistributedOptions rarely;
+  if (comm.rank() == comm.size() - 1) rarely.hash_interval = 3;
+  try {
+    DistributedEngine engine(x0, Sgd{.lr = 0.01}, WithN(4), comm, rarely);
+    ADD_FAILURE() << "rank " << comm.rank() << ": a different hash interval was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("ranks disagree on distributed.hash_interval"));
   }
   // A bad argument on one rank only: every rank throws.
   Options bad = WithN(4);

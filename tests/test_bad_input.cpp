@@ -199,9 +199,9 @@ TEST(BadInput, AMovedFromEngine) {
 }
 
 TEST(BadInput, Parallelism) {
-  for (int n : {0, -2}) {
+  for (int n : {0, -2, optex::kMaxParallelism + 1, 1'000'000}) {
     ExpectConstructorRejects([n] { return Engine(kX0, Adam{}, WithN(n)); },
-                             {"parallelism", std::to_string(n)});
+                             {"parallelism", std::to_string(n), "65536"});
   }
   // An absurd N is refused before its batch is allocated.
   for (int n : {optex::kMaxParallelism + 1, 2147483647}) {

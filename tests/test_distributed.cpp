@@ -40,6 +40,10 @@ TEST_P(Distributed, MinimizeMatchesSingleProcess) {
 
 TEST_P(Distributed, FailureAbortsOnEveryRank) { RunOnRanks(GetParam(), CheckFailureAborts); }
 
+TEST_P(Distributed, MinimizeRefusesDifferentStopsOnEveryRank) {
+  RunOnRanks(GetParam(), CheckMinimizeRefusesDifferentStops);
+}
+
 TEST_P(Distributed, MinimizeReportsAnObjectiveExceptionEverywhere) {
   RunOnRanks(GetParam(), CheckMinimizeReportsFailureEverywhere);
 }

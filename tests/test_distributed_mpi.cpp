@@ -50,6 +50,11 @@ TEST(DistributedMpi, MinimizeReportsAnObjectiveExceptionEverywhere) {
   CheckMinimizeReportsFailureEverywhere(world);
 }
 
+TEST(DistributedMpi, MinimizeRefusesDifferentStopsOnEveryRank) {
+  MpiCommunicator world;
+  CheckMinimizeRefusesDifferentStops(world);
+}
+
 TEST(DistributedMpi, FailureIsDroppedOnEveryRank) {
   MpiCommunicator world;
   CheckFailureDrops(world);

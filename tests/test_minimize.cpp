@@ -2,6 +2,7 @@
 // of the ThreadPool it runs on, and of the ProgressBar callback.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cmath>
@@ -14,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "optex/iteration_info.hpp"
@@ -23,6 +26,7 @@
 #include "optex/progress_bar.hpp"
 #include "optex/random.hpp"
 #include "optex/thread_pool.hpp"
+#include "watchdog_child.hpp"
 
 namespace {
 
@@ -386,6 +390,91 @@ TEST(ThreadPool, RethrowsTheLowestIndexExceptionAfterEveryIndexRan) {
                                    }),
                  std::out_of_range);
     EXPECT_NO_THROW(pool.parallel_for(3, [](int) {}));
+  }
+}
+
+// A thread that cannot be started (the OS out of threads or address space)
+// stops and joins the ones already running and says so. Before, the
+// constructor left them waiting on the pool's condition variables and hung
+// in their destructor: the test runs in a watched child and fails instead.
+TEST(ThreadPool, AFailedThreadStartJoinsTheStartedOnesAndNamesTheCause) {
+  constexpr int kThreads = 8;
+  constexpr int kFailing = 5;
+  const optex::test::ChildOutcome child = optex::test::run_in_watched_child(
+      [] {
+        std::atomic<int> started{0};
+        std::atomic<int> running{0};
+        const optex::detail::ThreadStarter start = [&](int index, std::function<void()> work) {
+          if (index == kFailing) throw std::system_error(EAGAIN, std::generic_category());
+          ++started;
+          return std::thread([&running, work = std::move(work)] {
+            ++running;
+            work();
+            --running;
+          });
+        };
+        try {
+          optex::ThreadPool pool(kThreads, start);
+          return std::string("built");
+        } catch (const std::system_error& e) {
+          return std::string(e.what()) + "|code " + std::to_string(e.code().value()) + "|started " +
+                 std::to_string(started) + "|running " + std::to_string(running);
+        }
+      },
+      10);
+  ASSERT_TRUE(child.exited) << "the pool hung or crashed (signal " << child.signal << ")";
+  EXPECT_EQ(child.status, 0);
+  EXPECT_THAT(child.output, HasSubstr("thread 5 of 8"));
+  EXPECT_THAT(child.output, HasSubstr(std::strerror(EAGAIN)));
+  EXPECT_THAT(child.output, HasSubstr("|code " + std::to_string(EAGAIN)));
+  // Every thread started was joined: none is left running.
+  EXPECT_THAT(child.output, HasSubstr("|started 5|running 0"));
+}
+
+// The same with the OS refusing for real: an address-space limit that leaves
+// room for a few thread stacks only (8 MiB each by default).
+TEST(ThreadPool, RefusesCleanlyWhenTheAddressSpaceRunsOut) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve more address space than the limit allows";
+#else
+  const optex::test::ChildOutcome child = optex::test::run_in_watched_child(
+      [] {
+        long pages = 0;
+        if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+          if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+          std::fclose(f);
+        }
+        if (pages == 0) return std::string("skip: no /proc/self/statm");
+        const rlim_t limit =
+            static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) +
+            (rlim_t{64} << 20);
+        const rlimit as{limit, limit};
+        if (setrlimit(RLIMIT_AS, &as) != 0) return std::string("skip: setrlimit refused");
+        try {
+          optex::ThreadPool pool(1000);
+          return std::string("built");
+        } catch (const std::system_error& e) {
+          return std::string(e.what());
+        }
+      },
+      20);
+  ASSERT_TRUE(child.exited) << "the pool hung or crashed (signal " << child.signal << ")";
+  if (child.output.starts_with("skip")) GTEST_SKIP() << child.output;
+  EXPECT_EQ(child.status, 0);
+  EXPECT_THAT(child.output, HasSubstr("of 1000"));
+  EXPECT_THAT(child.output, HasSubstr(std::strerror(EAGAIN)));
+#endif
+}
+
+TEST(ThreadPool, RejectsAbsurdThreadCounts) {
+  for (int threads : {optex::kMaxParallelism + 1, 1'000'000}) {
+    try {
+      optex::ThreadPool pool(threads);
+      FAIL() << "a pool of " << threads << " threads was built";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(),
+                  HasSubstr("threads: must be in [1, 65536], got " + std::to_string(threads)));
+    }
   }
 }
 

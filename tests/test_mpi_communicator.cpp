@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <limits>
 #include <numeric>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "communicator_contract.hpp"
@@ -22,6 +24,16 @@ namespace {
 using optex::Communicator;
 using optex::MpiCommunicator;
 using ::testing::HasSubstr;
+
+// "rank 1 has" or "ranks 1, 3 have": the odd ranks of MPI_COMM_WORLD.
+std::string comm_size_odd_ranks() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string names;
+  int count = 0;
+  for (int r = 1; r < size; r += 2, ++count) names += (count > 0 ? ", " : "") + std::to_string(r);
+  return (count == 1 ? "rank " : "ranks ") + names + (count == 1 ? " has" : " have");
+}
 
 // A bound on every collective here: a broken test fails instead of hanging.
 constexpr Communicator::Seconds kTestTimeout{30.0};
@@ -115,6 +127,90 @@ TEST_F(MpiContract, RejectsBadArguments) {
   expect_invalid([] { MpiCommunicator bad(MPI_COMM_NULL); }, "comm");
   // Local checks leave the communicator working.
   optex::test::check_barrier(comm_);
+}
+
+// Ranks that pass different sizes (a rank at another iteration, or in
+// another operation) get a CommunicatorError naming the operation and the
+// rank, on every rank. Before, Open MPI ended the job with its own fatal
+// MPI_ERR_TRUNCATE, since it reports a failed non-blocking collective to
+// MPI_COMM_WORLD's handler, not to the duplicate's.
+TEST(MpiErrors, DifferentSizesAreACommunicatorErrorNamingTheRank) {
+  MpiCommunicator comm;
+  comm.set_timeout(Communicator::Seconds{5.0});
+  const auto n = static_cast<std::size_t>(8 * (comm.rank() + 1));
+  std::vector<std::byte> mine(n);
+  std::vector<std::byte> all(n * static_cast<std::size_t>(comm.size()));
+  try {
+    comm.all_gather_bytes(mine, all);
+    ADD_FAILURE() << "different sizes were gathered";
+  } catch (const optex::CommunicatorError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_gather_bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("different operations or passed different sizes"));
+    // Every other rank's size differs: the first one named is rank 0, or rank 1 on rank 0.
+    EXPECT_THAT(e.what(), HasSubstr(comm.rank() == 0 ? "rank 1 contributed 16 bytes"
+                                                     : "rank 0 contributed 8 bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("this rank expects " + std::to_string(n)));
+  }
+  // The communicator refuses further use; a new one works.
+  EXPECT_THROW(comm.barrier(), optex::CommunicatorError);
+  MpiCommunicator fresh;
+  fresh.set_timeout(kTestTimeout);
+  optex::test::check_barrier(fresh);
+}
+
+// The same in the gather of MPI collectives (forced with tiny rounds): an
+// error or a timeout, never MPI's fatal abort. (A rank that receives shorter
+// messages than it expects may not notice: MPI allows short messages.)
+TEST(MpiErrors, DifferentSizesInCollectiveRoundsAreNotFatal) {
+  MpiCommunicator comm;
+  comm.set_timeout(Communicator::Seconds{2.0});
+  comm.set_max_chunk_floats(2);
+  const auto size = static_cast<std::size_t>(comm.size());
+  const std::vector<std::size_t> counts(size, comm.rank() == 0 ? 3 : 5);
+  std::vector<float> mine(counts[0]);
+  std::vector<float> all(counts[0] * size);
+  try {
+    comm.all_gather_floats(mine.data(), all.data(), counts);
+    EXPECT_EQ(comm.rank(), 0) << "the longer messages went unnoticed";
+  } catch (const optex::CommunicatorError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("all_gather_floats"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the buffers outlive every rank's attempt
+}
+
+// A timeout names the ranks that did not arrive (here the odd ranks, which
+// come too late), on every rank that waited.
+TEST(MpiErrors, TimeoutNamesTheRanksThatDidNotArrive) {
+  const std::string odd = comm_size_odd_ranks();
+  for (const std::string operation : {"all_gather_bytes", "barrier"}) {
+    SCOPED_TRACE(operation);
+    MpiCommunicator comm;
+    comm.set_timeout(Communicator::Seconds{0.5});
+    // Alive until every late message has landed (the world barrier below).
+    std::vector<std::byte> mine(4);
+    std::vector<std::byte> all(4 * static_cast<std::size_t>(comm.size()));
+    const auto call = [&] {
+      if (operation == "barrier") {
+        comm.barrier();
+      } else {
+        comm.all_gather_bytes(mine, all);
+      }
+    };
+    if (comm.rank() % 2 == 1) {
+      // Late: the others have given up; their messages and posted receives
+      // are there, so this rank completes and nothing is left in flight.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      EXPECT_NO_THROW(call());
+    } else {
+      try {
+        call();
+        ADD_FAILURE() << "the collective completed without the odd ranks";
+      } catch (const optex::CommunicatorTimeout& e) {
+        EXPECT_THAT(e.what(), HasSubstr(operation + ": did not complete within 0.5 s: " + odd));
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 }  // namespace

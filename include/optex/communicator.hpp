@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "optex/device.hpp"
 
@@ -107,6 +108,10 @@ class Communicator {
     static_assert(std::is_trivially_copyable_v<T>);
     broadcast_bytes(std::as_writable_bytes(data), root);
   }
+
+  // Every rank's text, in rank order; the texts may differ in length.
+  // Collective: an all-gather of the lengths, then of the padded texts.
+  std::vector<std::string> all_gather_text(std::string_view mine);
 
   // This rank's index among the ranks on the same host (by gethostname),
   // and how many ranks share the host. Collective. Used to pick one GPU per

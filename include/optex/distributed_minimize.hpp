@@ -1,9 +1,10 @@
 // optex::minimize_distributed: minimize() across the ranks of a communicator.
 //
 // Call it on every rank with the same arguments (rank 0's x0 is the one
-// used). Each rank evaluates its share of the N points on a local thread pool
-// (one thread per point it owns), the gradients are all-gathered, and every
-// rank returns the same Result. An objective that throws is reported as a
+// used); ranks given different Stop criteria throw std::invalid_argument
+// naming the first one that differs, before the first iteration. Each rank evaluates its share of
+// the N points on a local thread pool (one thread per point it owns), the gradients are
+// all-gathered, and every rank returns the same Result. An objective that throws is reported as a
 // failure of that rank (DistributedOptions::on_failure decides what follows).
 //
 //   mpirun -np 4 ./my_program        // W = 4 ranks, e.g. N = 4: one point each
@@ -12,6 +13,7 @@
 #include <exception>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "optex/distributed_engine.hpp"
 #include "optex/minimize.hpp"
 #include "optex/objective.hpp"
+#include "optex/startup_agreement.hpp"
 #include "optex/thread_pool.hpp"
 
 namespace optex {
@@ -42,6 +45,16 @@ Result minimize_distributed(Objective&& objective, std::span<const float> x0,
                 "f(x, g, seed)");
   stop.validate();
   DistributedEngine engine(x0, std::move(optimizer), options, communicator, distributed);
+  // Ranks that would stop at different iterations would call collectives of
+  // different sizes: agree on the criteria first.
+  StartupStatus criteria;
+  criteria.add("stop.max_iters", stop.max_iters);
+  criteria.add("stop.target_loss", stop.target_loss);
+  criteria.add("stop.grad_tol", stop.grad_tol);
+  if (const std::string differ = first_disagreement(communicator, criteria.settings);
+      !differ.empty()) {
+    throw std::invalid_argument("minimize_distributed: " + differ);
+  }
   if (options.proxy == Proxy::target) {
     // Every rank walks the same sequential target trajectory.
     engine.engine().set_gradient_oracle(

@@ -10,17 +10,27 @@
 // Every collective is non-blocking underneath and polled with a short sleep
 // until it completes or timeout() passes, so a rank that died or stopped
 // calling makes the others throw CommunicatorTimeout instead of hanging (and
-// the waiting ranks leave the cores to the working ones). Called from one
-// thread at a time; with MPI_THREAD_FUNNELED (see MpiSession) from the thread
-// that initialised MPI.
+// the waiting ranks leave the cores to the working ones). Small collectives
+// (up to 64 KiB in a world of up to 64 ranks: the engine's status exchange,
+// sums, hashes, barriers) are point-to-point messages, so the timeout names
+// the ranks that have not arrived and a rank that contributes another size
+// is named; larger ones are MPI collectives, preceded by such an arrival
+// round in a world of up to 64 ranks. Every MPI error comes back as a
+// CommunicatorError naming the operation, never as MPI's fatal abort: the
+// requests are polled with MPI_Request_get_status, since Open MPI reports a
+// failed non-blocking collective to MPI_COMM_WORLD's error handler (fatal by
+// default) from MPI_Test. Called from one thread at a time; with
+// MPI_THREAD_FUNNELED (see MpiSession) from the thread that initialised MPI.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "optex/communicator.hpp"
 
@@ -106,13 +116,48 @@ class MpiCommunicator final : public Communicator {
   void check_usable(std::string_view operation) const;
   // Turns an MPI return code into a CommunicatorError (and marks failure).
   void check(int code, std::string_view operation, std::string_view call);
-  // Polls `request` until it completes; CommunicatorTimeout after timeout().
+  [[noreturn]] void fail(std::string_view operation, const std::string& what);
+
+  // A request and what it waits for: a message from or to `peer`, or a
+  // collective (peer -1, no rank to name).
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int peer = -1;
+    bool receive = false;
+    std::size_t bytes = 0;  // a receive: the size every rank agreed on
+  };
   // How to poll: sleeping while other ranks may still be computing, yielding
-  // while data moves (Open MPI progresses a transfer only inside MPI_Test).
+  // while data moves (Open MPI progresses a transfer only inside MPI calls).
   enum class Polling { arrival, transfer };
-  // Gathers above this size wait for every rank first, then poll as a transfer.
-  static constexpr std::size_t kLargeTransferBytes = std::size_t{64} << 10;
+  // Polls every request until all complete; CommunicatorTimeout after
+  // timeout(), naming the ranks whose messages are still outstanding. A
+  // receive of another size than agreed is a CommunicatorError naming the
+  // sender (the ranks called different operations or passed different sizes).
+  void wait_all(std::vector<Pending>& pending, std::string_view operation,
+                Polling polling = Polling::arrival);
   void wait(MPI_Request& request, std::string_view operation, Polling polling = Polling::arrival);
+  // What went wrong with a completed request, and with whose message.
+  struct Problem {
+    int peer = -1;
+    std::string what;  // empty: nothing
+  };
+  // True once `p` completed; a failure or a receive of another size than
+  // agreed is described in `problem` (the lowest rank's is kept).
+  bool completed(Pending& p, std::string_view operation, Problem& problem);
+
+  // Collectives of at most this many bytes, in a world of at most
+  // kNamedRanksLimit ranks, are point-to-point messages (each rank sends its
+  // part to every other): a timeout then knows which ranks have not arrived.
+  static constexpr std::size_t kLargeTransferBytes = std::size_t{64} << 10;
+  static constexpr int kNamedRanksLimit = 64;
+  bool point_to_point(std::size_t total_bytes) const {
+    return size_ <= kNamedRanksLimit && total_bytes <= kLargeTransferBytes;
+  }
+  // Rank r's bytes[r] land in `all` at offset bytes[0] + ... + bytes[r-1].
+  void gather_point_to_point(const std::byte* mine, std::byte* all,
+                             std::span<const std::size_t> bytes, std::string_view operation);
+  // Returns once every rank has called it (a point-to-point round of empty
+  // messages, or MPI_Ibarrier in a larger world).
   void wait_for_every_rank(std::string_view operation);
   // All-gather of element counts that may exceed INT_MAX, in windows.
   void gather_in_windows(const std::byte* mine, std::byte* all, std::span<const std::size_t> counts,

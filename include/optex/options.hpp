@@ -56,8 +56,13 @@ inline constexpr int kMaxHistory = 4096;
 // up front, so an absurd N (a typo, or a crafted checkpoint) is refused, not attempted.
 inline constexpr int kMaxParallelism = 65536;
 
+// The largest parallelism Options::validate accepts (and the most threads a
+// ThreadPool starts): N points per iteration, one thread each in minimize().
+// Far beyond any useful N; a larger value is a typo, not a setting.
+inline constexpr int kMaxParallelism = 65536;
+
 struct Options {
-  int parallelism = 4;  // N: points evaluated per iteration (one per worker, <= 65536)
+  int parallelism = 4;  // N: points evaluated per iteration (one per worker), <= 65536
   int history = 32;     // T0: how many (point, gradient) pairs the estimator keeps (<= 4096)
 
   Covariance kernel = Covariance::matern52;

@@ -14,9 +14,21 @@
 
 namespace optex {
 
+namespace detail {
+// How a ThreadPool starts its worker number `index`: std::thread by default.
+// Tests pass one that fails at a chosen index, as the OS does when it runs
+// out of threads or address space.
+using ThreadStarter = std::function<std::thread(int index, std::function<void()> work)>;
+}  // namespace detail
+
 class ThreadPool {
  public:
+  // Starts `threads` workers, in [1, kMaxParallelism] (options.hpp), else
+  // std::invalid_argument. If a thread cannot be started, the ones already
+  // running are stopped and joined, and std::system_error (the OS's error
+  // code) names the count asked, the index that failed and the OS's reason.
   explicit ThreadPool(int threads);
+  ThreadPool(int threads, const detail::ThreadStarter& start);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -29,6 +41,8 @@ class ThreadPool {
 
  private:
   void work();
+  // Tells every started worker to leave and joins it.
+  void stop_and_join();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

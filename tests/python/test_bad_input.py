@@ -60,8 +60,9 @@ def test_x0_conversions() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(parallelism=0), "parallelism: must be >= 1, got 0"),
-        (dict(parallelism=65537), "parallelism: must be <= 65536, got 65537"),
+        (dict(parallelism=0), r"parallelism: must be in \[1, 65536\], got 0"),
+        (dict(parallelism=1_000_000), r"parallelism: must be in \[1, 65536\], got 1000000"),
+        (dict(parallelism=65537), r"parallelism: must be in \[1, 65536\], got 65537"),
         (dict(history=0), r"history: must be in \[1, 4096\], got 0"),
         (dict(history=5000), r"history: must be in \[1, 4096\], got 5000"),
         (dict(lengthscale=-1.0), "lengthscale: must be finite and > 0, got -1"),

@@ -813,7 +813,7 @@ def test_bad_arguments_raise_value_error_naming_them() -> None:
         (dict(lr=0.0), r"lr: must be finite and > 0, got 0"),
         (dict(lr=-1e-3), r"lr: must be finite and > 0"),
         (dict(lr="fast"), r"lr: must be a real number"),
-        (dict(parallelism=0), r"parallelism: must be >= 1, got 0"),
+        (dict(parallelism=0), r"parallelism: must be in \[1, 65536\], got 0"),
         (dict(history=0), r"history"),
         (dict(kernel="bogus"), r"kernel: unknown value 'bogus'"),
         (dict(momentum=0.9), r"momentum: not a hyperparameter of optimizer='adam'"),

@@ -6,6 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
@@ -14,5 +17,11 @@ namespace optex::detail {
 
 std::uint64_t configuration_fingerprint(const Options& options, const OptimizerRanges& optimizer,
                                         std::size_t dim);
+
+// The same bytes' fields, named ("options.history", "optimizer.lr", "dim")
+// with their values as text, in the fingerprint's order: the ranks compare
+// them when the fingerprints differ, to say which field differs.
+std::vector<std::pair<std::string, std::string>> configuration_fields(
+    const Options& options, const OptimizerRanges& optimizer, std::size_t dim);
 
 }  // namespace optex::detail
