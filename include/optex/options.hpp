@@ -52,13 +52,10 @@ enum class Warmup {
 
 // The largest history Options::validate accepts.
 inline constexpr int kMaxHistory = 4096;
-// The largest parallelism Options::validate accepts: N points of d floats are allocated
-// up front, so an absurd N (a typo, or a crafted checkpoint) is refused, not attempted.
-inline constexpr int kMaxParallelism = 65536;
-
 // The largest parallelism Options::validate accepts (and the most threads a
-// ThreadPool starts): N points per iteration, one thread each in minimize().
-// Far beyond any useful N; a larger value is a typo, not a setting.
+// ThreadPool starts): N points per iteration, one thread each in minimize(),
+// N points of d floats allocated up front. Far beyond any useful N; a larger
+// value is a typo or a crafted checkpoint, refused rather than attempted.
 inline constexpr int kMaxParallelism = 65536;
 
 struct Options {

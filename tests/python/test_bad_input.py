@@ -116,8 +116,8 @@ def test_option_keywords_of_the_wrong_type(kwargs, message) -> None:
 @pytest.mark.parametrize(
     ("parallelism", "error", "message"),
     [
-        (0, ValueError, "parallelism: must be >= 1, got 0"),
-        (-2, ValueError, "parallelism: must be >= 1, got -2"),
+        (0, ValueError, r"parallelism: must be in \[1, 65536\], got 0"),
+        (-2, ValueError, r"parallelism: must be in \[1, 65536\], got -2"),
         (2**40, ValueError, "parallelism: 1099511627776 is out of range"),
         (2.0, TypeError, "parallelism: expected an int, got float"),
         (True, TypeError, "parallelism: expected an int, got bool"),
