@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,13 @@ std::string seconds_text(Communicator::Seconds s) {
 }
 
 constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+
+// Where each rank's block starts in the gathered buffer: the exclusive prefix sums of `sizes`.
+std::vector<std::size_t> block_offsets(std::span<const std::size_t> sizes) {
+  std::vector<std::size_t> offsets(sizes.size());
+  std::exclusive_scan(sizes.begin(), sizes.end(), offsets.begin(), std::size_t{0});
+  return offsets;
+}
 
 }  // namespace
 
@@ -249,12 +257,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
   constexpr int kTag = 17;
   const auto ranks = static_cast<std::size_t>(size_);
   const auto me = static_cast<std::size_t>(rank_);
-  std::vector<std::size_t> offsets(ranks);
-  std::size_t total = 0;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    offsets[r] = total;
-    total += bytes[r];
-  }
+  const std::vector<std::size_t> offsets = block_offsets(bytes);
   std::byte none{};  // a valid address for empty messages
   const auto at = [&](std::size_t r) { return bytes[r] > 0 ? all + offsets[r] : &none; };
   std::vector<Pending> pending;
@@ -304,12 +307,8 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
   // displacements: blocks lie further apart than INT_MAX elements.)
   const auto ranks = static_cast<std::size_t>(size_);
   const auto me = static_cast<std::size_t>(rank_);
-  std::vector<std::size_t> offsets(ranks);
-  std::size_t total = 0;
-  for (std::size_t r = 0; r < ranks; ++r) {
-    offsets[r] = total;
-    total += counts[r];
-  }
+  const std::vector<std::size_t> offsets = block_offsets(counts);
+  const std::size_t total = offsets.back() + counts.back();
   const bool in_place = counts[me] == 0 || mine == all + offsets[me] * element_bytes;
   // First wait (sleeping) until every rank has arrived, which may take as
   // long as the slowest rank's gradient (and names the ranks that do not
