@@ -164,14 +164,8 @@ int main(int argc, char** argv) {
   status.add("--comm-iterations", comm_iterations);
   status.add("--timeout", timeout);
   const optex::StartupOutcome agreed = optex::agree_on_startup(world, status);
-  if (agreed.print_help) std::fputs(app.help().c_str(), stdout);
-  if (!agreed.run) {
-    if (!agreed.message.empty()) {
-      std::fprintf(stderr, "distributed_scaling: rank %d of %d: %s\n", rank, size,
-                   agreed.message.c_str());
-    }
+  if (!optex::report_startup(agreed, world, "distributed_scaling", app.help()))
     return agreed.exit_code;
-  }
   // Every rank parses the same text, so every rank stops here alike.
   std::vector<std::size_t> dims;
   try {

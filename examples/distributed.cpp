@@ -103,14 +103,8 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   status.add("--timeout", timeout);
   status.add("--backend", backend);
   const optex::StartupOutcome agreed = optex::agree_on_startup(world, status);
-  if (agreed.print_help) std::fputs(app.help().c_str(), stdout);
-  if (!agreed.run) {
-    if (!agreed.message.empty()) {
-      std::fprintf(stderr, "optex_distributed: rank %d of %d: %s\n", world.rank(), world.size(),
-                   agreed.message.c_str());
-    }
+  if (!optex::report_startup(agreed, world, "optex_distributed", app.help()))
     return agreed.exit_code;
-  }
 
   optex::Options options;
   options.parallelism = parallelism;

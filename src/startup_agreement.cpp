@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -149,6 +150,16 @@ StartupOutcome agree_on_startup(Communicator& comm, const StartupStatus& mine) {
   outcome.run = outcome.message.empty();
   outcome.exit_code = outcome.run ? 0 : 2;
   return outcome;
+}
+
+bool report_startup(const StartupOutcome& outcome, const Communicator& comm,
+                    std::string_view program, const std::string& help) {
+  if (outcome.print_help) std::fputs(help.c_str(), stdout);
+  if (!outcome.run && !outcome.message.empty()) {
+    std::fprintf(stderr, "%.*s: rank %d of %d: %s\n", static_cast<int>(program.size()),
+                 program.data(), comm.rank(), comm.size(), outcome.message.c_str());
+  }
+  return outcome.run;
 }
 
 }  // namespace optex

@@ -10,8 +10,8 @@
 //   optex::StartupStatus status;  // ok, failed (with the reason) or help
 //   status.add("--iterations", iterations); ...
 //   const optex::StartupOutcome outcome = optex::agree_on_startup(world, status);
-//   if (outcome.print_help) std::fputs(app.help().c_str(), stdout);
-//   if (!outcome.run) { print outcome.message; return outcome.exit_code; }
+//   if (!optex::report_startup(outcome, world, "my_program", app.help()))
+//     return outcome.exit_code;
 //
 // The ranks run only if every rank parsed its arguments and they all agree
 // on every setting; otherwise every rank has the same message, naming in
@@ -66,6 +66,12 @@ struct StartupOutcome {
 
 // Collective over `comm`, bounded by its timeout (two all-gathers).
 StartupOutcome agree_on_startup(Communicator& comm, const StartupStatus& mine);
+
+// What a program does with the outcome on this rank: prints `help` to stdout
+// when asked, the failure to stderr as "<program>: rank r of n: <message>", and
+// returns whether to run (when not, the program exits with outcome.exit_code).
+bool report_startup(const StartupOutcome& outcome, const Communicator& comm,
+                    std::string_view program, const std::string& help);
 
 // Collective: the first setting (in rank 0's order, at the lowest rank that
 // differs) on which a rank differs from rank 0, as "ranks disagree on NAME:
