@@ -7,19 +7,22 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
-#include <new>
-#include <optex/batch.hpp>
-#include <optex/detail/allocation.hpp>
-#include <optex/detail/engine_backend.hpp>
-#include <optex/gp_estimator.hpp>
-#include <optex/gradient_history.hpp>
-#include <optex/history_gram.hpp>
-#include <optex/optex.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "optex/batch.hpp"
+#include "optex/detail/allocation.hpp"
+#include "optex/detail/engine_backend.hpp"
+#include "optex/gp_estimator.hpp"
+#include "optex/gradient_history.hpp"
+#include "optex/history_gram.hpp"
+#include "optex/optex.hpp"
+#include "throws_with.hpp"
+
 namespace {
+
+using optex::test::ThrowsWith;
 
 constexpr std::size_t kPow(int k) { return std::size_t{1} << k; }
 
@@ -35,28 +38,6 @@ constexpr bool kAllocatorThrows = true;
   if (!kAllocatorThrows)                                                                 \
   GTEST_SKIP() << "AddressSanitizer aborts on an allocation it cannot serve instead of " \
                   "throwing std::bad_alloc"
-
-// Passes when f() throws exactly E (not a subclass standing in for it, and not
-// std::bad_alloc) with every needle in its message.
-template <class E, class F>
-::testing::AssertionResult ThrowsWith(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-  } catch (const std::bad_alloc&) {
-    return ::testing::AssertionFailure() << "a bare std::bad_alloc";
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& n : needles) {
-      if (what.find(n) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << n << "\"";
-      }
-    }
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw the wrong type: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
 
 TEST(Allocation, CheckedBytesRefusesAProductThatWouldWrap) {
   using optex::detail::checked_bytes;

@@ -26,6 +26,7 @@
 
 #include "optex/detail/atomic_file.hpp"
 #include "optex/detail/regular_file.hpp"
+#include "scratch_directory.hpp"
 
 namespace {
 
@@ -47,26 +48,11 @@ std::string Read(const fs::path& p) {
 
 class AtomicFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / ("optex_test_atomic_file_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    ASSERT_TRUE(fs::create_directories(dir_));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  std::vector<std::string> Names() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    return names;
-  }
+  std::string Path(const std::string& name) const { return scratch_.path(name); }
+  std::vector<std::string> Names() const { return scratch_.names(); }
+
+  optex::test::ScratchDirectory scratch_{"optex_test_atomic_file"};
+  const fs::path& dir_ = scratch_.dir();
   // Expects f() to throw std::runtime_error mentioning each of `needles`.
   template <class F>
   void ExpectRuntimeError(F f, const std::vector<std::string>& needles) {
@@ -77,7 +63,6 @@ class AtomicFile : public ::testing::Test {
       for (const std::string& needle : needles) EXPECT_THAT(e.what(), HasSubstr(needle));
     }
   }
-  fs::path dir_;
 };
 
 TEST_F(AtomicFile, WritesThePiecesInOrderAndReplacesAWholeFile) {

@@ -22,6 +22,7 @@
 #include "optex/optimizer.hpp"
 #include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
+#include "throws_with.hpp"
 
 namespace {
 
@@ -32,6 +33,7 @@ using optex::Optimizer;
 using optex::OptimizerState;
 using optex::Options;
 using optex::Sgd;
+using optex::test::ThrowsWith;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -109,27 +111,6 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
     return ::testing::AssertionFailure() << "lengthscale changed";
   }
   return ::testing::AssertionSuccess();
-}
-
-// Passes when f() throws exactly E (or a subclass) whose message has every needle.
-template <class E, class F>
-::testing::AssertionResult ThrowsWith(F&& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const std::string& n : needles) {
-      if (what.find(n) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message \"" << what << "\" lacks \"" << n << "\"";
-      }
-    }
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw the wrong type: " << e.what();
-  } catch (...) {
-    return ::testing::AssertionFailure() << "threw a non-std exception";
-  }
-  return ::testing::AssertionFailure() << "did not throw";
 }
 
 // An engine a few iterations in, so that "unchanged" has something to lose.

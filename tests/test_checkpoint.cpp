@@ -32,6 +32,7 @@
 #include "optex/optimizer.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
+#include "scratch_directory.hpp"
 
 namespace {
 
@@ -106,26 +107,11 @@ void FixChecksum(std::vector<char>& bytes) {
 
 class Checkpoint : public ::testing::Test {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("optex_test_checkpoint_" + std::to_string(::getpid()) +
-                                        "_" + info->name() + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    ASSERT_TRUE(fs::create_directories(dir_));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  std::vector<std::string> Names() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    return names;
-  }
+  std::string Path(const std::string& name) const { return scratch_.path(name); }
+  std::vector<std::string> Names() const { return scratch_.names(); }
+
+  optex::test::ScratchDirectory scratch_{"optex_test_checkpoint"};
+  const fs::path& dir_ = scratch_.dir();
 
   // A saved engine a few iterations in, its file's bytes, and the engine.
   std::vector<char> SavedBytes(Engine& e, const std::string& name) {
@@ -162,7 +148,6 @@ class Checkpoint : public ::testing::Test {
     EXPECT_TRUE(SameEngine(existing, twin));
   }
 
-  fs::path dir_;
   int bad_files_ = 0;
 };
 
