@@ -15,13 +15,9 @@
 namespace optex::detail {
 namespace {
 
-bool all_within(const float* v, std::size_t n, float bound) {
-  return std::all_of(v, v + n, [bound](float a) { return within_bound(a, bound); });
-}
-
 bool state_finite(const OptimizerState& s) {
   return std::all_of(s.slots.begin(), s.slots.end(), [](const std::vector<float>& slot) {
-    return all_within(slot.data(), slot.size(), FLT_MAX);
+    return all_within_bound(slot, FLT_MAX);
   });
 }
 
@@ -65,7 +61,7 @@ class CpuBackend final : public EngineBackend {
     std::copy(x_.begin(), x_.end(), BatchAccess::points(batch));
     work_state_ = state_;
     work_state_is_last_ = true;
-    batch_usable_ = true;
+    weights_finite_ = true;
   }
 
   void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) override {
@@ -89,23 +85,28 @@ class CpuBackend final : public EngineBackend {
       }
       case ProxySource::gp:
         estimator_.predict(history_, {from, d}, predicted);
-        for (double w : estimator_.weights()) batch_usable_ = batch_usable_ && std::isfinite(w);
+        for (double w : estimator_.weights()) weights_finite_ = weights_finite_ && std::isfinite(w);
         break;
       case ProxySource::oracle:
         oracle({from, d}, predicted);
         break;
     }
     apply_step(optimizer_, {row, d}, work_state_, predicted);
-    batch_usable_ = batch_usable_ && all_within(row, d, bound_) && state_finite(work_state_);
   }
 
-  bool finish_batch(Batch&) override { return batch_usable_; }
+  // One pass at the end, as on a device: a state slot that overflowed stays
+  // non-finite through the later steps (every update is a sum of products with it).
+  bool finish_batch(Batch& batch) override {
+    const std::span<const float> points(BatchAccess::points(batch),
+                                        static_cast<std::size_t>(batch.size()) * dim());
+    return weights_finite_ && all_within_bound(points, bound_) && state_finite(work_state_);
+  }
 
   void check_gradients(Batch& batch, std::span<char> finite) override {
     const std::size_t d = dim();
     const float* grads = BatchAccess::grads(batch);
     for (std::size_t i = 0; i < finite.size(); ++i)
-      finite[i] = all_within(grads + i * d, d, bound_);
+      finite[i] = all_within_bound({grads + i * d, d}, bound_);
   }
 
   bool stage_step(Batch& batch, int c) override {
@@ -127,7 +128,7 @@ class CpuBackend final : public EngineBackend {
     }
     work_state_is_last_ = false;
     apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d});
-    return all_within(next_x_.data(), d, bound_) && state_finite(work_state_);
+    return all_within_bound(next_x_, bound_) && state_finite(work_state_);
   }
 
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,
@@ -171,7 +172,7 @@ class CpuBackend final : public EngineBackend {
   GradientHistory history_;
   float bound_;  // magnitude_bound(d)
   GpGradientEstimator estimator_;
-  bool batch_usable_ = true;  // GP weights finite, points within the bound, state finite
+  bool weights_finite_ = true;  // every GP weight of this batch's proxy steps
 };
 
 }  // namespace

@@ -35,10 +35,6 @@ std::span<const float> checked_start(std::span<const float> x0) {
   return x0;
 }
 
-bool row_within(std::span<const float> row, float bound) {
-  return std::all_of(row.begin(), row.end(), [bound](float v) { return within_bound(v, bound); });
-}
-
 std::runtime_error nothing_to_commit(std::int64_t iteration) {
   return std::runtime_error(
       "tell: no pair of iteration " + std::to_string(iteration) +
@@ -239,7 +235,8 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
   const float bound = magnitude_bound(d);
   bool any_admissible = false;
   for (std::size_t i = 0; i < n && !any_admissible; ++i) {
-    any_admissible = std::isfinite(losses[i]) && row_within(gradients.subspan(i * d, d), bound);
+    any_admissible =
+        std::isfinite(losses[i]) && all_within_bound(gradients.subspan(i * d, d), bound);
   }
   if (!any_admissible) throw nothing_to_commit(iteration_);
 

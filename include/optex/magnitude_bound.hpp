@@ -8,9 +8,11 @@
 // An entry above the bound counts as non-finite (DESIGN.md section 6).
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
+#include <span>
 
 namespace optex {
 
@@ -26,6 +28,12 @@ inline float magnitude_bound(std::size_t d) {
 inline bool within_bound(float v, float bound) { return std::fabs(v) <= bound; }
 inline bool within_bound(double v, float bound) {
   return std::fabs(v) <= static_cast<double>(bound);
+}
+
+// Whether every value is within `bound` (FLT_MAX: whether every value is finite).
+inline bool all_within_bound(std::span<const float> values, float bound) {
+  return std::all_of(values.begin(), values.end(),
+                     [bound](float v) { return within_bound(v, bound); });
 }
 
 }  // namespace optex
