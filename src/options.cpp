@@ -26,6 +26,14 @@ void require_non_negative(const char* name, double v) {
   detail::require(name, v, Requirement::non_negative);
 }
 
+// A safeguard threshold: above `lowest` (at least 1 when lowest is 1), or +infinity for off.
+void require_threshold(const char* name, double v, double lowest) {
+  const bool ok = lowest >= 1.0 ? v >= lowest : v > lowest;
+  if (std::isnan(v) || !ok) {
+    reject(name, v, lowest >= 1.0 ? ">= 1 (+infinity: off)" : "> 0 (+infinity: off)");
+  }
+}
+
 }  // namespace
 
 void Options::validate() const {
@@ -60,6 +68,20 @@ void Options::validate() const {
   if (static_cast<int>(lengthscale_selection) < 0 || static_cast<int>(lengthscale_selection) > 2)
     reject("lengthscale_selection", static_cast<int>(lengthscale_selection),
            "one of the LengthscaleSelection values");
+  if (evaluations_per_point < 1 || evaluations_per_point > parallelism ||
+      parallelism % evaluations_per_point != 0) {
+    throw std::invalid_argument("evaluations_per_point: must divide parallelism (" +
+                                std::to_string(parallelism) + "), got " +
+                                std::to_string(evaluations_per_point));
+  }
+  if (static_cast<int>(strategy) < 0 || static_cast<int>(strategy) > 1)
+    reject("strategy", static_cast<int>(strategy), "one of the Strategy values");
+  if (static_cast<int>(continue_from) < 0 || static_cast<int>(continue_from) > 1)
+    reject("continue_from", static_cast<int>(continue_from), "one of the ContinueFrom values");
+  // +infinity turns a safeguard off; NaN and non-positive values are mistakes.
+  require_threshold("max_posterior_variance", max_posterior_variance, 0.0);
+  require_threshold("trust_region", trust_region, 0.0);
+  require_threshold("max_lengthscale_change", max_lengthscale_change, 1.0);
 }
 
 void Stop::validate() const {

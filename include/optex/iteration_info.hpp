@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace optex {
 
@@ -17,8 +18,28 @@ struct IterationInfo {
   // that had a real prediction; NaN when none had (N = 1, warm-up).
   double cosine = 0.0;
   double lengthscale = 0.0;  // lengthscale used by this iteration's proxy steps
-  int committed_point = 0;   // index of the point the commit stepped from (N-1 unless dropped)
-  int dropped = 0;           // pairs with a non-finite gradient or loss, kept out of the history
+  // Index among the round's distinct points (the first evaluation of point p
+  // is batch row evaluations[0] + ... + evaluations[p-1]).
+  int committed_point = 0;
+  int dropped = 0;  // evaluations with a non-finite gradient or loss (kept out of the history)
+
+  // Per distinct point p of the round (P entries):
+  std::vector<int> evaluations;  // how many of the N evaluations point p had
+  // GP posterior variance at point p, in units of the prior variance, where a
+  // GP prediction was made there (the proxy step from p, or the prediction a
+  // safeguard refused); NaN elsewhere.
+  std::vector<double> posterior_variance;
+  // ||g_p - mu_p|| / ||g_p|| between point p's measured gradient (the mean of
+  // its admissible evaluations) and the prediction its proxy step used; NaN
+  // where nothing was predicted or the pair was dropped.
+  std::vector<double> prediction_error;
+  // Gradient noise against signal, per evaluation: the mean over points with
+  // two or more admissible evaluations of tr(Cov) / ||mean||^2 (the sample
+  // covariance of one evaluation); NaN when no point had two.
+  double gradient_noise = 0.0;
+  // Why the proxy chain ended before its planned length: "" (it did not),
+  // "posterior_variance" or "trust_region".
+  const char* chain_stop = "";
   // The new iterate, valid until the next tell; empty on a device engine
   // (Engine::iterate() copies it from the device on request).
   std::span<const float> iterate;

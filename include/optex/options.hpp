@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "optex/covariance.hpp"
@@ -50,6 +51,29 @@ enum class Warmup {
   last_gradient,
 };
 
+// Which of the N evaluated points the commit steps from.
+enum class ContinueFrom {
+  // The last point whose pair is admissible: the OptEx algorithm (and the reference).
+  last,
+  // The admissible point with the lowest loss (the paper's ablation b): a round
+  // then never ends worse than a plain step from its best point, so bad
+  // predictions cost progress but cannot make the method diverge.
+  best_loss,
+};
+
+// How the engine splits each round's N evaluations into points.
+enum class Strategy {
+  // Every round: N / evaluations_per_point points, each evaluated
+  // evaluations_per_point times.
+  fixed,
+  // Each round the engine chooses the evaluations per point from the gradient
+  // noise it measured (DESIGN.md section 2, "The adaptive strategy"):
+  // noise-free gradients get one evaluation per point (OptEx), noise-dominated
+  // ones all N at one point (N x minibatch), and what lies between a split in
+  // between. evaluations_per_point is where it starts.
+  adaptive,
+};
+
 // The largest history Options::validate accepts.
 inline constexpr int kMaxHistory = 4096;
 // The largest parallelism Options::validate accepts (and the most threads a
@@ -77,8 +101,27 @@ struct Options {
   std::vector<double> lengthscale_grid;
 
   Proxy proxy = Proxy::gp;
-  std::uint64_t seed = 0;  // drives the per-point seeds handed to stochastic objectives
+  std::uint64_t seed = 0;  // drives the per-evaluation seeds handed to stochastic objectives
 
+  // D: how many of a round's N evaluations each point gets (each with its own
+  // seed). The round evaluates P = N / D distinct points; a point's gradient
+  // and loss are the means of its admissible evaluations, in evaluation order.
+  // D = N is N x minibatch, D = 1 is plain OptEx. Must divide parallelism.
+  int evaluations_per_point = 1;
+  Strategy strategy = Strategy::fixed;
+  ContinueFrom continue_from = ContinueFrom::last;
+
+  // Safeguards on the proxy chain; +infinity turns each off. Where one stops
+  // the chain, the evaluations of the points not made go to the last point made.
+  // Stop at a point whose GP posterior variance, in units of the prior
+  // variance (about `noise` at a history point, 1 far from every one), is above this.
+  double max_posterior_variance = std::numeric_limits<double>::infinity();
+  // Stop at proxy point i once it lies farther from the iterate than
+  // trust_region * i * (length of the last committed step).
+  double trust_region = std::numeric_limits<double>::infinity();
+  // A lengthscale selection may change the lengthscale by at most this factor
+  // (up or down) from the one before; >= 1.
+  double max_lengthscale_change = std::numeric_limits<double>::infinity();
   // Where the iterate, optimizer state, history and batch rows live.
   Device device = Device::cpu();
   // Storage of the history's points and gradients (CUDA devices only;
@@ -99,6 +142,20 @@ struct Options {
     o.input_scaling = InputScaling::reference_mean_sqrt_norm;
     o.warmup = Warmup::zero_gradient;
     o.lengthscale_selection = LengthscaleSelection::fixed;
+    o.validate();
+    return o;
+  }
+
+  // The robust configuration (DESIGN.md section 2, "The adaptive strategy"):
+  // Options{} with the adaptive split, commits from the best loss of the
+  // round, and the lengthscale guard. Throws std::invalid_argument at once for
+  // a parallelism < 1.
+  static Options adaptive(int parallelism = 4) {
+    Options o;
+    o.parallelism = parallelism;
+    o.strategy = Strategy::adaptive;
+    o.continue_from = ContinueFrom::best_loss;
+    o.max_lengthscale_change = 10.0;
     o.validate();
     return o;
   }
