@@ -19,12 +19,12 @@ struct IterationInfo {
   double cosine = 0.0;
   double lengthscale = 0.0;  // lengthscale used by this iteration's proxy steps
   // Index among the round's distinct points (the first evaluation of point p
-  // is batch row evaluations[0] + ... + evaluations[p-1]).
+  // is batch row point_evaluations[0] + ... + point_evaluations[p-1]).
   int committed_point = 0;
   int dropped = 0;  // evaluations with a non-finite gradient or loss (kept out of the history)
 
   // Per distinct point p of the round (P entries):
-  std::vector<int> evaluations;  // how many of the N evaluations point p had
+  std::vector<int> point_evaluations;  // how many of the N evaluations point p had
   // GP posterior variance at point p, in units of the prior variance, where a
   // GP prediction was made there (the proxy step from p, or the prediction a
   // safeguard refused); NaN elsewhere.
