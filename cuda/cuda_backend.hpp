@@ -25,8 +25,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include <Eigen/Core>
@@ -70,6 +72,13 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   void proxy_step(Batch& batch, int i, detail::ProxySource source,
                   const detail::HostGradient& oracle) override;
   bool finish_batch(Batch& batch) override;
+  // The device does not compute the posterior variance yet; the safeguards
+  // that need it, or distances, are refused for CUDA engines (Engine's constructor).
+  double posterior_variance() const override { return std::numeric_limits<double>::quiet_NaN(); }
+  double distance_from_iterate(Batch&, int) override {
+    throw std::logic_error("cuda backend: distance_from_iterate is not implemented");
+  }
+  void discard_work_state() override { work_state_is_last_ = false; }
   void check_gradients(Batch& batch, std::span<char> finite) override;
   bool stage_step(Batch& batch, int c) override;
   detail::CommitStats commit(Batch& batch, int c, std::span<const char> keep,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -244,15 +245,19 @@ CommitStats CudaBackend<PointStore, GradStore>::commit_stats(
   const double* pg = pp + (nz - 1);
   const double* gg = pg + (nz - 1);
   CommitStats stats;
+  stats.prediction_error.assign(nz > 1 ? nz - 1 : 0, std::numeric_limits<double>::quiet_NaN());
   for (std::size_t r = 0; r + 1 < nz; ++r) {
     if (!keep[r] || !predicted[r]) continue;
     const double denom = std::sqrt(pp[r] * gg[r]);
     if (denom > 0.0) {
       stats.cosine_sum += pg[r] / denom;
       ++stats.cosine_count;
+      // From the dots already on the host; loses digits when the prediction is very close.
+      stats.prediction_error[r] = std::sqrt(std::max(0.0, pp[r] - 2.0 * pg[r] + gg[r]) / gg[r]);
     }
   }
   stats.grad_norm = std::sqrt(gg[c]);
+  stats.step_norm = std::numeric_limits<double>::quiet_NaN();  // not measured on the device
   return stats;
 }
 

@@ -42,8 +42,9 @@ using detail::Writer;
 
 constexpr char kMagic[8] = {'O', 'P', 'T', 'E', 'X', 'C', 'K', 'P'};
 // 2 added the device and history precision; 3 the optimizer ranges and the
-// state slots (RmsProp keeps three buffers).
-constexpr std::uint32_t kFormatVersion = 3;
+// state slots (RmsProp keeps three buffers); 4 the evaluations per point, the
+// strategy, the safeguards and their state.
+constexpr std::uint32_t kFormatVersion = 4;
 
 std::uint64_t checksum(const std::vector<char>& bytes, std::size_t begin, std::size_t end) {
   return fnv1a64(reinterpret_cast<const unsigned char*>(bytes.data()) + begin, end - begin);
@@ -111,6 +112,10 @@ struct CheckpointAccess {
     w.put_vector(h.squared_distances_);
     w.put_vector(h.squared_norms_);
     w.put_vector(h.gradient_gram_);
+    w.put<std::int32_t>(e.split_rule_.evaluations_per_point());
+    w.put(e.split_rule_.noise());
+    w.put<std::int64_t>(e.split_rule_.rounds_since_measured());
+    w.put(e.last_step_norm_);
     return w.bytes();
   }
 
@@ -158,6 +163,10 @@ struct CheckpointAccess {
     e.rng_.set_state(c.rng);
     e.iteration_ = c.iteration;
     e.evaluations_ = c.evaluations;
+    if (c.has_round_state) {
+      e.split_rule_.restore(c.split_evaluations, c.split_noise, c.split_rounds_since_measured);
+      e.last_step_norm_ = c.last_step_norm;
+    }
     return e;
   }
 };

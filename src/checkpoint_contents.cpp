@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "optex/adaptive_split.hpp"
 #include "optex/magnitude_bound.hpp"
 #include "optex/optimizer.hpp"
 
@@ -65,6 +66,28 @@ void require_count(const Reader& r, std::string_view field, std::size_t at, std:
 
 bool finite(double v) { return std::isfinite(v); }
 bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0.0; }
+
+// The adaptive strategy's state and the last step's length (format 4).
+void read_round_state(Reader& r, CheckpointContents& c) {
+  c.has_round_state = true;
+  const std::size_t split_at = r.offset();
+  c.split_evaluations = r.get<std::int32_t>("adaptive split evaluations");
+  c.split_noise = r.get<double>("adaptive split noise");
+  c.split_rounds_since_measured = r.get<std::int64_t>("adaptive split rounds since measured");
+  try {
+    AdaptiveSplit(c.options.parallelism, c.options.evaluations_per_point)
+        .restore(c.split_evaluations, c.split_noise, c.split_rounds_since_measured);
+  } catch (const std::invalid_argument& e) {
+    r.fail_at("adaptive split", split_at, e.what());
+  }
+  const std::size_t step_at = r.offset();
+  c.last_step_norm = r.get<double>("last step length");
+  if (!(std::isfinite(c.last_step_norm) || std::isnan(c.last_step_norm)) ||
+      c.last_step_norm < 0.0) {
+    r.fail_at("last step length", step_at,
+              "is " + show(c.last_step_norm) + " (must be >= 0 and finite, or NaN)");
+  }
+}
 
 }  // namespace
 
@@ -199,6 +222,7 @@ CheckpointContents read_contents(Reader& r, std::uint32_t version) {
   c.gradient_gram = r.get_vector<double>("history gradient inner products", cap * cap);
   require_count(r, "history gradient inner products", gram_at, c.gradient_gram.size(), cap * cap,
                 "capacity x capacity");
+  if (version >= 4) read_round_state(r, c);
   if (!r.at_end()) {
     r.fail_at("end of payload", r.offset(),
               "trailing bytes after the payload (" + std::to_string(r.remaining()) + ")");

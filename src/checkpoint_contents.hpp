@@ -32,6 +32,12 @@ struct CheckpointContents {
   std::vector<double> squared_distances;
   std::vector<double> squared_norms;
   std::vector<double> gradient_gram;
+  // Format 4: the adaptive strategy's state and the last committed step's length.
+  bool has_round_state = false;  // false for earlier formats: a fresh state
+  std::int32_t split_evaluations = 1;
+  double split_noise = 0.0;  // NaN before the first measurement
+  std::int64_t split_rounds_since_measured = 0;
+  double last_step_norm = 0.0;
 };
 
 // Reads the payload of format `version` to its end. Every count is checked

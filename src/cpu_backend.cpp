@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "optex/detail/allocation.hpp"
@@ -19,6 +20,13 @@ bool state_finite(const OptimizerState& s) {
   return std::all_of(s.slots.begin(), s.slots.end(), [](const std::vector<float>& slot) {
     return all_within_bound(slot, FLT_MAX);
   });
+}
+
+// ||a - b|| over d floats, in one pass (no cancellation between nearby rows).
+double distance(const float* a, const float* b, std::size_t d) {
+  double squared = 0.0;
+  streaming::squared_distances(a, 1, d, b, &squared);
+  return std::sqrt(squared);
 }
 
 class CpuBackend final : public EngineBackend {
@@ -102,6 +110,16 @@ class CpuBackend final : public EngineBackend {
     return weights_finite_ && all_within_bound(points, bound_) && state_finite(work_state_);
   }
 
+  double posterior_variance() const override { return estimator_.variance(); }
+
+  double distance_from_iterate(Batch& batch, int i) override {
+    const std::size_t d = dim();
+    const float* points = BatchAccess::points(batch);
+    return distance(points + static_cast<std::size_t>(i) * d, points, d);
+  }
+
+  void discard_work_state() override { work_state_is_last_ = false; }
+
   void check_gradients(Batch& batch, std::span<char> finite) override {
     const std::size_t d = dim();
     const float* grads = BatchAccess::grads(batch);
@@ -143,17 +161,24 @@ class CpuBackend final : public EngineBackend {
     };
 
     CommitStats stats;
+    stats.prediction_error.assign(n > 1 ? static_cast<std::size_t>(n - 1) : 0,
+                                  std::numeric_limits<double>::quiet_NaN());
     for (int i = 0; i + 1 < n; ++i) {
       if (!keep[static_cast<std::size_t>(i)] || !predicted[static_cast<std::size_t>(i)]) continue;
       const float* p = row(predictions, i);
       const float* g = row(grads, i);
-      const double denom = std::sqrt(streaming::dot(p, p, d) * streaming::dot(g, g, d));
+      const double pp = streaming::dot(p, p, d);
+      const double pg = streaming::dot(p, g, d);
+      const double gg = streaming::dot(g, g, d);
+      const double denom = std::sqrt(pp * gg);
       if (denom > 0.0) {
-        stats.cosine_sum += streaming::dot(p, g, d) / denom;
+        stats.cosine_sum += pg / denom;
         ++stats.cosine_count;
+        stats.prediction_error[static_cast<std::size_t>(i)] = distance(p, g, d) / std::sqrt(gg);
       }
     }
     stats.grad_norm = std::sqrt(streaming::dot(row(grads, c), row(grads, c), d));
+    stats.step_norm = distance(next_x_.data(), x_.data(), d);
     for (int i = 0; i < n; ++i) {
       if (keep[static_cast<std::size_t>(i)]) history_.push({row(points, i), d}, {row(grads, i), d});
     }

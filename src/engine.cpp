@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "optex/detail/engine_backend.hpp"
+#include "optex/detail/point_evaluations.hpp"
 #include "optex/lengthscale_selection.hpp"
 #include "optex/magnitude_bound.hpp"
 
@@ -43,8 +44,23 @@ std::runtime_error nothing_to_commit(std::int64_t iteration) {
       "pending");
 }
 
-const Options& checked(const Options& o) {
+const Options& checked_for_device(const Options& o) {
   o.validate();
+  if (!o.device.is_cuda()) return o;
+  // The device backend keeps one row per evaluation and computes neither the
+  // posterior variance nor distances yet.
+  const char* missing = o.evaluations_per_point > 1               ? "evaluations_per_point > 1"
+                        : o.strategy == Strategy::adaptive        ? "strategy adaptive"
+                        : std::isfinite(o.max_posterior_variance) ? "max_posterior_variance"
+                        : std::isfinite(o.trust_region)           ? "trust_region"
+                                                                  : nullptr;
+  if (missing) {
+    throw std::invalid_argument(std::string(missing) + ": not available on CUDA devices yet (got " +
+                                o.device.name() +
+                                "); use the CPU, or Strategy::fixed with one "
+                                "evaluation per point and no posterior-variance or trust-region "
+                                "safeguard");
+  }
   return o;
 }
 
@@ -58,15 +74,23 @@ std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
 }  // namespace
 
 Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options)
-    : options_(checked(options)),
+    : options_(checked_for_device(options)),
       optimizer_(optimizer.for_dimension(checked_start(x0).size())),
       backend_(make_backend(x0, optimizer_, options_)),
       lengthscale_(options_.lengthscale),
       rng_(options_.seed),
+      split_rule_(options_.parallelism, options_.evaluations_per_point),
+      admissible_rows_(static_cast<std::size_t>(options_.parallelism)),
       finite_(static_cast<std::size_t>(options_.parallelism)),
       id_(next_engine_id()) {
   batch_.allocate(options_.parallelism, x0.size(), options_.device);
   batch_.owner_ = id_;
+  if (uses_chain()) chain_.allocate(options_.parallelism, x0.size(), options_.device);
+}
+
+bool Engine::uses_chain() const {
+  return options_.evaluations_per_point > 1 || options_.strategy == Strategy::adaptive ||
+         std::isfinite(options_.max_posterior_variance) || std::isfinite(options_.trust_region);
 }
 
 Engine::Engine(Engine&&) noexcept = default;
@@ -105,23 +129,60 @@ void Engine::refit_if_needed() {
   const HistoryGram& gram = backend().gram();
   if (options_.proxy == Proxy::gp && options_.parallelism > 1 && gram.size() >= 2) {
     if (iteration_ % options_.selection_interval == 0) {
-      lengthscale_ = select_lengthscale(gram, options_, lengthscale_).lengthscale;
+      const double chosen = select_lengthscale(gram, options_, lengthscale_).lengthscale;
+      // The guard against a selection that runs away (a diverging history
+      // drags the median distance, and the grid with it).
+      const double limit = options_.max_lengthscale_change;
+      lengthscale_ = std::isfinite(limit)
+                         ? std::clamp(chosen, lengthscale_ / limit, lengthscale_ * limit)
+                         : chosen;
     }
     backend().fit(lengthscale_);
   }
   fitted_ = true;
 }
 
+void Engine::plan_round() {
+  const int n = batch_.size();
+  const int d = options_.strategy == Strategy::adaptive ? split_rule_.evaluations_per_point()
+                                                        : options_.evaluations_per_point;
+  plan_.assign(static_cast<std::size_t>(n / d), d);
+  if (uses_chain()) chain_.size_ = static_cast<int>(plan_.size());
+}
+
+const char* Engine::safeguard_stop(Batch& chain, int i) {
+  if (variance_[static_cast<std::size_t>(i - 1)] > options_.max_posterior_variance) {
+    return "posterior_variance";
+  }
+  if (std::isfinite(options_.trust_region) && last_step_norm_ > 0.0 &&
+      backend().distance_from_iterate(chain, i) > options_.trust_region * i * last_step_norm_) {
+    return "trust_region";
+  }
+  return "";
+}
+
+void Engine::cut_chain(Batch& chain, int i) {
+  int rest = 0;
+  for (std::size_t p = static_cast<std::size_t>(i); p < plan_.size(); ++p) rest += plan_[p];
+  plan_.resize(static_cast<std::size_t>(i));
+  plan_.back() += rest;
+  variance_.resize(static_cast<std::size_t>(i));
+  chain.size_ = i;
+  backend().discard_work_state();
+}
+
 Batch& Engine::ask() {
   if (pending_) return batch_;
-  const int n = batch_.size();
   const auto saved_rng = rng_.state();
   const double saved_lengthscale = lengthscale_;
   try {
     refit_if_needed();
     batch_.iteration_ = iteration_;
-    for (int i = 0; i < n; ++i) batch_.seeds_[static_cast<std::size_t>(i)] = rng_.next();
-    backend().begin_batch(batch_);
+    for (std::uint64_t& seed : batch_.seeds_) seed = rng_.next();
+    plan_round();
+    Batch& chain = uses_chain() ? chain_ : batch_;
+    const int points = static_cast<int>(plan_.size());
+    backend().begin_batch(chain);
 
     // Where the proxy gradients come from this iteration (the history does
     // not change within one).
@@ -129,7 +190,7 @@ Batch& Engine::ask() {
     const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
     ProxySource source = ProxySource::gp;
     if (options_.proxy == Proxy::target) {
-      if (!oracle_ && n > 1) {
+      if (!oracle_ && points > 1) {
         throw std::runtime_error(
             "proxy: Proxy::target needs a gradient oracle (Engine::set_gradient_oracle, or use "
             "optex::minimize)");
@@ -152,15 +213,26 @@ Batch& Engine::ask() {
         }
       };
     }
-    batch_.proxy_steps_applied_ = source != ProxySource::hold;
+    chain.proxy_steps_applied_ = source != ProxySource::hold;
     const bool predicts = source != ProxySource::hold && source != ProxySource::zero;
-    std::fill(batch_.was_predicted_.begin(), batch_.was_predicted_.end(), 0);
+    std::fill(chain.was_predicted_.begin(), chain.was_predicted_.end(), 0);
+    variance_.assign(static_cast<std::size_t>(points), std::numeric_limits<double>::quiet_NaN());
+    chain_stop_ = "";
     // Proxy steps: x_i = step(x_{i-1}, s_{i-1}, mu(x_{i-1})); the state really advances.
-    for (int i = 1; i < n; ++i) {
-      batch_.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
-      backend().proxy_step(batch_, i, source, oracle);
+    for (int i = 1; i < points; ++i) {
+      chain.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
+      backend().proxy_step(chain, i, source, oracle);
+      if (source == ProxySource::gp) {
+        variance_[static_cast<std::size_t>(i - 1)] = backend().posterior_variance();
+      }
+      if (const char* stop = safeguard_stop(chain, i); *stop) {
+        cut_chain(chain, i);
+        chain_stop_ = stop;
+        break;
+      }
     }
-    if (!backend().finish_batch(batch_)) hold_batch();
+    if (!backend().finish_batch(chain)) hold_batch(chain);
+    if (&chain != &batch_) detail::expand_points(chain, plan_, batch_);
   } catch (...) {
     rng_.set_state(saved_rng);
     lengthscale_ = saved_lengthscale;
@@ -171,15 +243,16 @@ Batch& Engine::ask() {
   return batch_;
 }
 
-void Engine::hold_batch() {
+void Engine::hold_batch(Batch& chain) {
   // A GP weight, a proxy point or the proxy state left the finite range: every
   // point holds at the iterate instead, as in the warm-up, so that no history
   // can make ask() fail for good (DESIGN.md section 6).
-  backend().begin_batch(batch_);
-  batch_.proxy_steps_applied_ = false;
-  std::fill(batch_.was_predicted_.begin(), batch_.was_predicted_.end(), 0);
-  for (int i = 1; i < batch_.size(); ++i) backend().proxy_step(batch_, i, ProxySource::hold, {});
-  if (!backend().finish_batch(batch_)) {
+  backend().begin_batch(chain);
+  chain.proxy_steps_applied_ = false;
+  std::fill(chain.was_predicted_.begin(), chain.was_predicted_.end(), 0);
+  std::fill(variance_.begin(), variance_.end(), std::numeric_limits<double>::quiet_NaN());
+  for (int i = 1; i < chain.size(); ++i) backend().proxy_step(chain, i, ProxySource::hold, {});
+  if (!backend().finish_batch(chain)) {
     throw std::logic_error("engine: a held batch is not usable (the iterate is out of bounds)");
   }
 }
@@ -263,54 +336,95 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
   }
 }
 
-const IterationInfo& Engine::commit(Batch& batch) {
-  const int n = batch.size();
-  // Which pairs may enter the history, and which point the commit steps from:
-  // the last admissible pair whose step stays finite and within the bound.
-  backend().check_gradients(batch, finite_);
-  for (int i = 0; i < n; ++i) {
-    char& ok = finite_[static_cast<std::size_t>(i)];
-    ok = ok && std::isfinite(batch.loss(i)) ? 1 : 0;
+int Engine::commit_point(Batch& chain, std::span<char> admissible) {
+  // Candidates in the order they are tried: the last point first, or the
+  // lowest loss first (the later point on a tie); a candidate whose step
+  // overflows is dropped like a non-finite pair.
+  const int n = chain.size();
+  std::vector<int> order(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = n - 1 - i;
+  if (options_.continue_from == ContinueFrom::best_loss) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return chain.loss(a) < chain.loss(b); });
   }
-  int c = -1;
-  for (int i = n - 1; i >= 0 && c < 0; --i) {
-    char& ok = finite_[static_cast<std::size_t>(i)];
+  for (int i : order) {
+    char& ok = admissible[static_cast<std::size_t>(i)];
     if (!ok) continue;
-    if (backend().stage_step(batch, i)) {
-      c = i;
-    } else {
-      ok = 0;  // its step overflows: dropped like a non-finite pair
-    }
+    if (backend().stage_step(chain, i)) return i;
+    ok = 0;
   }
+  return -1;
+}
+
+const IterationInfo& Engine::commit(Batch& batch) {
+  // With a chain, the caller's rows are evaluations: each point's gradient and
+  // loss become the means of its admissible ones, written to the chain only.
+  const bool with_chain = uses_chain();
+  Batch& chain = with_chain ? chain_ : batch;
+  detail::Reduction reduction{std::numeric_limits<double>::quiet_NaN()};
+  if (with_chain) {
+    backend().check_gradients(batch, admissible_rows_);
+    for (int r = 0; r < batch.size(); ++r) {
+      char& ok = admissible_rows_[static_cast<std::size_t>(r)];
+      ok = ok && std::isfinite(batch.loss(r)) ? 1 : 0;
+    }
+    reduction = detail::reduce_evaluations(batch, admissible_rows_, plan_, chain_, reduce_scratch_);
+  }
+  const int n = chain.size();
+  const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(n));
+  // Which pairs may enter the history, and which point the commit steps from.
+  backend().check_gradients(chain, admissible);
+  for (int i = 0; i < n; ++i) {
+    char& ok = admissible[static_cast<std::size_t>(i)];
+    ok = ok && std::isfinite(chain.loss(i)) ? 1 : 0;
+  }
+  const int c = commit_point(chain, admissible);
   if (c < 0) throw nothing_to_commit(iteration_);
   // From here on nothing throws: the state changes all at once.
-  const detail::CommitStats stats = backend().commit(batch, c, finite_, batch.was_predicted_);
+  const detail::CommitStats stats = backend().commit(
+      chain, c, admissible,
+      std::span<const char>(chain.was_predicted_.data(), static_cast<std::size_t>(n)));
 
   IterationInfo info;
   info.lengthscale = lengthscale_;
   info.cosine = stats.cosine_count > 0 ? stats.cosine_sum / stats.cosine_count
                                        : std::numeric_limits<double>::quiet_NaN();
   info.best_loss = std::numeric_limits<double>::infinity();
+  std::size_t row = 0;
   for (int i = 0; i < n; ++i) {
-    if (!finite_[static_cast<std::size_t>(i)]) {
-      ++info.dropped;
+    const auto p = static_cast<std::size_t>(i);
+    const int evaluations = with_chain ? plan_[p] : 1;
+    int kept = 0;  // evaluations of point i that entered its mean
+    for (int k = 0; k < evaluations; ++k, ++row) kept += with_chain ? admissible_rows_[row] : 1;
+    if (!admissible[p]) {
+      info.dropped += evaluations;
       continue;
     }
-    info.best_loss = std::min(info.best_loss, batch.loss(i));
+    info.dropped += evaluations - kept;
+    info.best_loss = std::min(info.best_loss, chain.loss(i));
   }
-  info.loss = batch.loss(c);
+  info.loss = chain.loss(c);
   info.grad_norm = stats.grad_norm;
   info.committed_point = c;
+  info.point_evaluations = with_chain ? plan_ : std::vector<int>(static_cast<std::size_t>(n), 1);
+  info.posterior_variance = variance_;
+  info.prediction_error = stats.prediction_error;
+  info.prediction_error.resize(static_cast<std::size_t>(n),
+                               std::numeric_limits<double>::quiet_NaN());
+  info.gradient_noise = reduction.gradient_noise;
+  info.chain_stop = chain_stop_;
 
   ++iteration_;
-  evaluations_ += n;
+  evaluations_ += batch.size();
   if (options_.proxy == Proxy::target) evaluations_ += n - 1;  // the oracle's sequential calls
+  last_step_norm_ = stats.step_norm;
+  if (options_.strategy == Strategy::adaptive) split_rule_.update(info.gradient_noise, info.cosine);
   pending_ = false;
   fitted_ = false;
   info.iteration = iteration_;
   info.evaluations = evaluations_;
   info.iterate = backend().iterate_if_host();
-  info_ = info;
+  info_ = std::move(info);
   return info_;
 }
 

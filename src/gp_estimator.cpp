@@ -1,5 +1,6 @@
 #include "optex/gp_estimator.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -91,7 +92,13 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
   for (std::size_t j = 0; j < n; ++j) {
     k[static_cast<Eigen::Index>(j)] = covariance_value(kernel_, std::sqrt(distances_[j]) * inv);
   }
+  // The kernel vector is kept for the posterior variance: 1 - k^T (K + sigma^2 I)^-1 k.
+  std::copy(k.data(), k.data() + n, distances_.begin());
   cholesky_.solveInPlace(k);  // weights = (K + sigma^2 I)^-1 k(X, x)
+  double explained = 0.0;
+  for (std::size_t j = 0; j < n; ++j) explained += distances_[j] * k[static_cast<Eigen::Index>(j)];
+  // Round-off may take it a hair below zero at a history point; the variance is not negative.
+  variance_ = std::max(0.0, 1.0 - explained);
   // Pass 2 over G: the weighted sum of history gradients.
   streaming::weighted_sum(history.gradients_data(), n, d, weights_.data(), out.data());
 }

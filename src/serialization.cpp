@@ -52,6 +52,13 @@ void put_options(Writer& w, const Options& o) {
   w.put<std::uint8_t>(static_cast<std::uint8_t>(o.device.kind), "options.device.kind");
   w.put<std::int32_t>(o.device.index, "options.device.index");
   w.put<std::uint8_t>(static_cast<std::uint8_t>(o.history_precision), "options.history_precision");
+  // Format 4.
+  w.put<std::int32_t>(o.evaluations_per_point, "options.evaluations_per_point");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.strategy), "options.strategy");
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.continue_from), "options.continue_from");
+  w.put(o.max_posterior_variance, "options.max_posterior_variance");
+  w.put(o.trust_region, "options.trust_region");
+  w.put(o.max_lengthscale_change, "options.max_lengthscale_change");
 }
 
 Options get_options(Reader& r, std::uint32_t version) {
@@ -73,6 +80,14 @@ Options get_options(Reader& r, std::uint32_t version) {
     o.device.kind = static_cast<Device::Kind>(r.get<std::uint8_t>("options.device.kind"));
     o.device.index = r.get<std::int32_t>("options.device.index");
     o.history_precision = static_cast<Precision>(r.get<std::uint8_t>("options.history_precision"));
+  }
+  if (version >= 4) {  // earlier formats: one evaluation per point, no safeguards
+    o.evaluations_per_point = r.get<std::int32_t>("options.evaluations_per_point");
+    o.strategy = static_cast<Strategy>(r.get<std::uint8_t>("options.strategy"));
+    o.continue_from = static_cast<ContinueFrom>(r.get<std::uint8_t>("options.continue_from"));
+    o.max_posterior_variance = r.get<double>("options.max_posterior_variance");
+    o.trust_region = r.get<double>("options.trust_region");
+    o.max_lengthscale_change = r.get<double>("options.max_lengthscale_change");
   }
   return o;
 }

@@ -75,11 +75,16 @@ inline void EvaluateLikeAGroup(Batch& batch, int data_parallel) {
 // Every rank's distributed trajectory is bit for bit the single-process one
 // with the same N, after every iteration (and the ranks' hashes agree: a
 // hash_interval of 1 checks after every tell).
+// `evaluations_per_point` and `strategy` are the engine's own split of the N
+// evaluations into points (Options), beside the ranks' data parallelism.
 inline void CheckMatchesSingleProcess(Communicator& comm, int n, Optimizer optimizer,
-                                      int data_parallel = 1) {
+                                      int data_parallel = 1, int evaluations_per_point = 1,
+                                      Strategy strategy = Strategy::fixed) {
   comm.set_timeout(kTestTimeout);
   Options options = WithN(n, 17);
   options.history = 12;
+  options.evaluations_per_point = evaluations_per_point;
+  options.strategy = strategy;
   const std::vector<float> x0 = UniformStart(kDim, 5);
   DistributedOptions dist;
   dist.data_parallel = data_parallel;

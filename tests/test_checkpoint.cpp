@@ -557,7 +557,7 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 4u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 5u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
@@ -566,14 +566,14 @@ TEST_F(BadCheckpoint, WrongVersion) {
   }
 }
 
-// The optimizer ranges and the state slots of format 3, edited one field at a time in a
+// The optimizer ranges and the state slots of format 4, edited one field at a time in a
 // well-formed file (checksum fixed): each is refused naming what is wrong. Offsets for
-// good_ (Adam, d = 6, an empty lengthscale grid): the options take 55 payload bytes, then
+// good_ (Adam, d = 6, an empty lengthscale grid): the options take 85 payload bytes, then
 // the range count (u32), the range's size (u64), the optimizer tag (u8) and Adam's five
 // doubles and one flag, then the iterate (u64 count + 6 floats), the step (i64) and the
 // slot count (u8).
 TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
-  constexpr std::size_t kCount = kHeader + 55;
+  constexpr std::size_t kCount = kHeader + 85;
   constexpr std::size_t kSize = kCount + 4;
   constexpr std::size_t kTag = kSize + 8;
   constexpr std::size_t kFlag = kTag + 1 + 5 * 8;
@@ -610,7 +610,7 @@ TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
   Engine e(Start(6, 3), ranges, Options{});
   Step(e);
   std::vector<char> bytes = SavedBytes(e, "two.ckpt");
-  constexpr std::size_t kSecondTag = kHeader + 55 + 4 + 8 + 1 + 5 * 8 + 1 + 8;
+  constexpr std::size_t kSecondTag = kHeader + 85 + 4 + 8 + 1 + 5 * 8 + 1 + 8;
   ASSERT_EQ(static_cast<int>(bytes[kSecondTag]), static_cast<int>(Adam::checkpoint_tag));
   bytes[kSecondTag] = static_cast<char>(optex::RmsProp::checkpoint_tag);
   FixChecksum(bytes);

@@ -88,7 +88,7 @@ void Set(std::vector<char>& bytes, std::size_t at, T v) {
   std::memcpy(bytes.data() + at, &v, sizeof v);
 }
 
-// The file offsets of a format 3 checkpoint's fields, found by walking it with the
+// The file offsets of a format 4 checkpoint's fields, found by walking it with the
 // layout of src/checkpoint.cpp (DESIGN.md section 6). `*_count` is a u64 element count,
 // the elements follow it.
 struct Layout {
@@ -96,7 +96,8 @@ struct Layout {
   std::size_t ranges_count, range_size, iterate_count, step, slot_count_byte;
   std::size_t slot_count[optex::kMaxStateSlots];
   std::size_t lengthscale, iteration, evaluations, history_size, history_next;
-  std::size_t points_count, gradients_count, distances_count, norms_count, gram_count, end;
+  std::size_t points_count, gradients_count, distances_count, norms_count, gram_count;
+  std::size_t split_evaluations, split_noise, split_rounds, last_step_norm, end;
   std::size_t d, capacity;
 };
 
@@ -128,6 +129,7 @@ Layout Walk(const std::vector<char>& b) {
   p += 1 + 8;  // proxy, seed
   l.device_index = p + 1;
   p += 1 + 4 + 1;
+  p += 4 + 1 + 1 + 8 + 8 + 8;  // evaluations per point, strategy .. max_lengthscale_change
   l.ranges_count = p;
   const auto ranges = Get<std::uint32_t>(b, p);
   p += 4;
@@ -157,6 +159,11 @@ Layout Walk(const std::vector<char>& b) {
   array(l.distances_count, 8);
   array(l.norms_count, 8);
   array(l.gram_count, 8);
+  l.split_evaluations = p;
+  l.split_noise = p + 4;
+  l.split_rounds = p + 12;
+  l.last_step_norm = p + 20;
+  p += 28;
   l.end = p;
   return l;
 }
@@ -413,6 +420,14 @@ TEST_F(HostileCheckpoint, CountersLengthscaleAndRingPositionAreChecked) {
   ExpectRefused(With(l_.history_next, std::uint64_t{4}), "history next slot");
   ExpectRefused(With(l_.history_size, std::uint64_t{5}), "history size");
   ExpectRefused(With(l_.history_size, ~std::uint64_t{0}), "history size");
+  // The adaptive strategy's state and the last step's length (format 4).
+  ExpectRefused(With(l_.split_evaluations, std::int32_t{2}), "adaptive split");  // N = 3
+  ExpectRefused(With(l_.split_evaluations, std::int32_t{0}), "adaptive split");
+  ExpectRefused(With(l_.split_noise, -1.0), "adaptive split");
+  ExpectRefused(With(l_.split_noise, HUGE_VAL), "adaptive split");
+  ExpectRefused(With(l_.split_rounds, std::int64_t{-2}), "adaptive split");
+  ExpectRefused(With(l_.last_step_norm, -1.0), "last step length");
+  ExpectRefused(With(l_.last_step_norm, HUGE_VAL), "last step length");
 }
 
 // Sizes that the file cannot hold, or that the options forbid, are refused before
@@ -445,8 +460,8 @@ TEST_F(HostileCheckpoint, TrailingBytesAndForeignFormatsAreRefused) {
     Set(bytes, 12, static_cast<std::uint64_t>(bytes.size() - kHeader - kTrailer));
     ExpectRefused(bytes, "trailing bytes");
   }
-  // A format 3 payload labelled 2 or 1: read with the older layout, it fails at a field.
-  for (std::uint32_t version : {1u, 2u}) {
+  // A format 4 payload labelled 3, 2 or 1: read with an older layout, it fails at a field.
+  for (std::uint32_t version : {1u, 2u, 3u}) {
     SCOPED_TRACE(version);
     ExpectRefused(With(std::size_t{8}, version), " at byte ");
   }

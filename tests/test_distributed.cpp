@@ -28,6 +28,15 @@ TEST_P(Distributed, AdamMatchesSingleProcessBitForBit) {
              [](Communicator& c) { CheckMatchesSingleProcess(c, 4, Adam{.lr = 0.01}); });
 }
 
+// Points with several evaluations, fixed and chosen each round: the ranks
+// share the N evaluations as they share N points, and agree bit for bit.
+TEST_P(Distributed, SeveralEvaluationsPerPointMatchSingleProcessBitForBit) {
+  RunOnRanks(GetParam(), [](Communicator& c) {
+    CheckMatchesSingleProcess(c, 4, Adam{.lr = 0.01}, 1, 2);
+    CheckMatchesSingleProcess(c, 4, Adam{.lr = 0.01}, 1, 1, Strategy::adaptive);
+  });
+}
+
 TEST_P(Distributed, MomentumSgdWithUnevenSharesMatchesSingleProcess) {
   RunOnRanks(GetParam(), [](Communicator& c) {
     CheckMatchesSingleProcess(c, 2 * c.size() + 1, Sgd{.lr = 0.01, .momentum = 0.9});

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "optex/adaptive_split.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
 #include "optex/gradient_history.hpp"
@@ -150,8 +151,20 @@ class Engine {
   // The backend; throws std::logic_error on a moved-from engine.
   detail::EngineBackend& backend() const;
   void refit_if_needed();
-  // Makes the pending batch hold every point at the iterate (no proxy steps).
-  void hold_batch();
+  // Makes the chain hold every point at the iterate (no proxy steps).
+  void hold_batch(Batch& chain);
+  // Whether the options can make a round's points differ from its rows
+  // (several evaluations per point, a safeguard that cuts the chain): the
+  // proxy chain then lives in chain_ and is expanded into batch_.
+  bool uses_chain() const;
+  // This round's evaluations per point (plan_), from the options or the strategy.
+  void plan_round();
+  // The safeguard that refuses the proxy step to point i, or "" (DESIGN.md section 2).
+  const char* safeguard_stop(Batch& chain, int i);
+  // Ends the chain at point i - 1, which takes the evaluations of the points not made.
+  void cut_chain(Batch& chain, int i);
+  // The point the commit steps from; marks the admissible points whose step overflows.
+  int commit_point(Batch& chain, std::span<char> admissible);
   // Throws unless `batch` is this engine's pending batch.
   void check_pending_batch(const Batch& batch) const;
   const IterationInfo& commit(Batch& batch);
@@ -164,10 +177,19 @@ class Engine {
   std::int64_t iteration_ = 0;
   std::int64_t evaluations_ = 0;
 
+  AdaptiveSplit split_rule_;     // Strategy::adaptive's state (unused with Strategy::fixed)
+  double last_step_norm_ = 0.0;  // ||x_t - x_{t-1}|| of the last commit (trust region)
+
   // Per-iteration work space (allocated once).
-  Batch batch_;
-  std::vector<char> finite_;          // per point: may its pair enter the history?
-  std::vector<float> replaced_rows_;  // the flat tell()'s copy of the rows it replaces
+  Batch batch_;                   // the N rows the caller evaluates
+  Batch chain_;                   // the proxy chain's P points, when uses_chain()
+  std::vector<int> plan_;         // evaluations per point this round (P entries, sum N)
+  std::vector<double> variance_;  // posterior variance per point this round
+  const char* chain_stop_ = "";
+  std::vector<char> admissible_rows_;   // per row: finite loss and gradient within the bound
+  std::vector<double> reduce_scratch_;  // d doubles for the mean of a point's evaluations
+  std::vector<char> finite_;            // per point: may its pair enter the history?
+  std::vector<float> replaced_rows_;    // the flat tell()'s copy of the rows it replaces
   bool pending_ = false;
   bool fitted_ = false;  // estimator matches history_ and lengthscale_
   std::uint64_t id_;

@@ -41,6 +41,9 @@ class GpGradientEstimator {
 
   // The weights of the last predict(): mu = sum_j weights[j] * g_j.
   std::span<const double> weights() const { return {weights_.data(), fitted_size_}; }
+  // The GP posterior variance at the x of the last predict(), in units of the
+  // prior variance k(x, x) = 1: about `noise` at a history point, 1 far from all.
+  double variance() const { return variance_; }
   double jitter() const { return jitter_; }
   double scale() const { return scale_; }
   std::size_t fitted_size() const { return fitted_size_; }
@@ -52,11 +55,12 @@ class GpGradientEstimator {
   double lengthscale_ = 1.0;
   double scale_ = 1.0;
   double jitter_ = 0.0;
+  double variance_ = 0.0;
   std::size_t fitted_size_ = 0;
   std::uint64_t fitted_version_ = 0;  // GradientHistory::version() at the last fit
   Eigen::MatrixXd covariance_;
   Eigen::LLT<Eigen::MatrixXd> cholesky_;
-  std::vector<double> distances_;  // squared, then the kernel vector
+  std::vector<double> distances_;  // squared distances, then the kernel vector
   Eigen::VectorXd weights_;
 };
 

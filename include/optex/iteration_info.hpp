@@ -33,9 +33,11 @@ struct IterationInfo {
   // its admissible evaluations) and the prediction its proxy step used; NaN
   // where nothing was predicted or the pair was dropped.
   std::vector<double> prediction_error;
-  // Gradient noise against signal, per evaluation: the mean over points with
-  // two or more admissible evaluations of tr(Cov) / ||mean||^2 (the sample
-  // covariance of one evaluation); NaN when no point had two.
+  // Gradient noise against signal, per evaluation (rho, DESIGN.md section 2):
+  // the mean over points with two or more admissible evaluations of
+  // tr(C) / (||mean||^2 - tr(C) / m), C the sample covariance of one
+  // evaluation and m the evaluations; 1e30 where the denominator is not
+  // positive (noise only); NaN when no point had two.
   double gradient_noise = 0.0;
   // Why the proxy chain ended before its planned length: "" (it did not),
   // "posterior_variance" or "trust_region".

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
@@ -45,6 +46,11 @@ struct CommitStats {
   double cosine_sum = 0.0;  // sum over the rows with a real prediction and a finite pair
   int cosine_count = 0;
   double grad_norm = 0.0;  // ||g_c||
+  // Per row i < N-1: ||g_i - predicted_i|| / ||g_i|| where the cosine is
+  // taken, NaN elsewhere.
+  std::vector<double> prediction_error;
+  // ||next iterate - iterate||; NaN where the backend does not measure it.
+  double step_norm = 0.0;
 };
 
 // What a backend may reach inside a Batch.
@@ -58,6 +64,9 @@ struct BatchAccess {
   static float* predicted(Batch& b) { return b.predicted_.data(); }
   // Whether ask() applied the proxy steps (false when warm-up held the points).
   static bool proxy_steps_applied(const Batch& b) { return b.proxy_steps_applied_; }
+  static void set_proxy_steps_applied(Batch& b, bool applied) { b.proxy_steps_applied_ = applied; }
+  // Per row i < N-1: 1 where predicted row i holds a real prediction.
+  static std::vector<char>& was_predicted(Batch& b) { return b.was_predicted_; }
 
   // Device backends: hand the batch its device rows and the copier its host
   // views use; call once, after Batch::allocate.
@@ -118,6 +127,14 @@ class EngineBackend {
   // this batch's proxy steps was not finite, a point left the magnitude bound
   // or the work state is not finite (the engine then holds the batch instead).
   virtual bool finish_batch(Batch& batch) = 0;
+  // The GP posterior variance (units of the prior) at the point of the last
+  // ProxySource::gp step; NaN where the backend does not compute it.
+  virtual double posterior_variance() const = 0;
+  // ||point i - point 0|| of the batch (a safeguard's question, during ask()).
+  virtual double distance_from_iterate(Batch& batch, int i) = 0;
+  // The engine cut the proxy chain short: the work state ask() left belongs
+  // to no point of the batch any more, so stage_step() must replay.
+  virtual void discard_work_state() = 0;
 
   // Uploads rows the caller wrote through host views, then sets finite[i] to
   // whether gradient row i is finite and within magnitude_bound(d).
