@@ -81,7 +81,10 @@ Options get_options(Reader& r, std::uint32_t version) {
     o.device.index = r.get<std::int32_t>("options.device.index");
     o.history_precision = static_cast<Precision>(r.get<std::uint8_t>("options.history_precision"));
   }
-  if (version >= 4) {  // earlier formats: one evaluation per point, no safeguards
+  // Earlier formats: one evaluation per point, no safeguards, and the commit
+  // from the last point that was the only rule then.
+  o.continue_from = ContinueFrom::last;
+  if (version >= 4) {
     o.evaluations_per_point = r.get<std::int32_t>("options.evaluations_per_point");
     o.strategy = static_cast<Strategy>(r.get<std::uint8_t>("options.strategy"));
     o.continue_from = static_cast<ContinueFrom>(r.get<std::uint8_t>("options.continue_from"));

@@ -38,11 +38,14 @@ inline double distance(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(s);
 }
 
-// Library defaults with parallelism N and a seed.
+// Library defaults with parallelism N and a seed, committing from the last
+// point: the OptEx rule the invariant suites pin down (continue_from =
+// best_loss, the default, has its own tests in test_point_evaluations.cpp).
 inline Options WithN(int n, std::uint64_t seed = 0) {
   Options o;
   o.parallelism = n;
   o.seed = seed;
+  o.continue_from = ContinueFrom::last;
   return o;
 }
 

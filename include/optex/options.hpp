@@ -109,7 +109,7 @@ struct Options {
   // D = N is N x minibatch, D = 1 is plain OptEx. Must divide parallelism.
   int evaluations_per_point = 1;
   Strategy strategy = Strategy::fixed;
-  ContinueFrom continue_from = ContinueFrom::last;
+  ContinueFrom continue_from = ContinueFrom::best_loss;
 
   // Safeguards on the proxy chain; +infinity turns each off. Where one stops
   // the chain, the evaluations of the points not made go to the last point made.
@@ -142,6 +142,9 @@ struct Options {
     o.input_scaling = InputScaling::reference_mean_sqrt_norm;
     o.warmup = Warmup::zero_gradient;
     o.lengthscale_selection = LengthscaleSelection::fixed;
+    o.strategy = Strategy::fixed;
+    o.evaluations_per_point = 1;
+    o.continue_from = ContinueFrom::last;
     o.validate();
     return o;
   }
