@@ -165,9 +165,12 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
       ->type_name("NAME");
   app.add_option("--problem", raw.problems,
                  "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
-                 "griewank, styblinski_tang, schwefel, each also as rotated_<name>")
+                 "griewank, styblinski_tang, schwefel, each also as rotated_<name>; the rotated "
+                 "ellipsoids ellipsoid_1e2, ellipsoid_1e4, ellipsoid_1e6 (condition number); "
+                 "noisy_quadratic (h_i = 1/i, gradient noise N(0, h_i) of its own)")
       ->type_name("LIST");
-  app.add_option("--dim", raw.dim, "dimension d (rotated problems: d <= 4096)")->type_name("INT");
+  app.add_option("--dim", raw.dim, "dimension d (rotated problems and ellipsoids: d <= 4096)")
+      ->type_name("INT");
   app.add_option("--parallelism", raw.parallelism, "N, comma-separated list")->type_name("LIST");
   app.add_option("--iterations", raw.iterations, "sequential rounds per run")->type_name("INT");
   app.add_option("--optimizer", raw.optimizer,

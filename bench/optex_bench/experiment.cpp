@@ -153,6 +153,8 @@ std::vector<TaskOutcome> run_experiment(const Settings& settings, const std::vec
   for (const Task& task : tasks) {
     TaskOutcome out;
     out.task = task.name;
+    out.own_noise = task.own_noise;
+    out.stochastic = task.stochastic();
     out.clip = effective_clip(settings, task);
     const Runner runner{settings, task, out.clip, observer};
 

@@ -34,6 +34,8 @@ struct MethodOutcome {
 
 struct TaskOutcome {
   std::string task;
+  std::string own_noise;    // the problem's own gradient noise in words (Task::own_noise)
+  bool stochastic = false;  // Task::stochastic(): gradients at one point can differ
   double clip = 0.0;
   double target = 0.0;                 // the reported target loss; NaN when vanilla diverged
   std::vector<MethodOutcome> methods;  // every parallelism, in the order run

@@ -38,7 +38,7 @@ using optex_bench::Task;
 std::vector<Task> build_tasks(const Settings& s) {
   std::vector<std::string> names;
   for (const std::string& p : s.problems) {
-    const std::string name = s.rotated && !p.starts_with("rotated_") ? "rotated_" + p : p;
+    const std::string name = s.rotated ? optex_bench::rotated_name(p) : p;
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   std::vector<Task> tasks;

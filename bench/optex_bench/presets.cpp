@@ -89,8 +89,8 @@ Settings preset_settings(std::string_view name) {
   if (name == "suite") {
     // Rotation costs O(d^2) per evaluation: d 500 keeps the whole suite in minutes.
     s.problems.clear();
-    for (const std::string& p : shipped_problem_names()) s.problems.push_back(p);
-    for (const std::string& p : shipped_problem_names()) s.problems.push_back("rotated_" + p);
+    for (const std::string& p : sfu_problem_names()) s.problems.push_back(p);
+    for (const std::string& p : sfu_problem_names()) s.problems.push_back("rotated_" + p);
     s.dim = 500;
     s.parallelism = {4};
     s.iterations = 50;

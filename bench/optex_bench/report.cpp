@@ -162,6 +162,14 @@ void write_json(std::ostream& out, const RunMetadata& meta, const Settings& s,
       << "    \"tuning_seeds\": " << json_list(tuning, integer) << ",\n"
       << "    \"start\": \"U(-1, 1)^d drawn from the seed\",\n"
       << "    \"noise\": " << json_number(s.noise) << ",\n"
+      << "    \"problem_noise\": {";
+  bool first_noisy = true;
+  for (const TaskOutcome& t : tasks) {
+    if (t.own_noise.empty()) continue;
+    out << (first_noisy ? "" : ", ") << json_string(t.task) << ": " << json_string(t.own_noise);
+    first_noisy = false;
+  }
+  out << "},\n"
       << "    \"rotated\": " << (s.rotated ? "true" : "false") << ",\n"
       << "    \"clip\": {";
   for (std::size_t k = 0; k < tasks.size(); ++k) {

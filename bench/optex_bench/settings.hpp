@@ -24,7 +24,7 @@ struct Settings {
   int seeds = 5;         // reported seeds 0 .. seeds-1
   int tuning_seeds = 3;  // tuning seeds 1000 .. 1000+tuning_seeds-1, never reported
   double noise = 0.0;    // std of the Gaussian noise on every gradient coordinate
-  bool rotated = false;  // rotate every problem that is not already rotated_*
+  bool rotated = false;  // rotate every problem that is not rotated already (rotated_name)
   double clip = 0.0;     // gradient-norm clip for every problem; 0 = off
   // Per shipped problem (base name), where `clip` is not set explicitly.
   std::map<std::string, double> clip_by_problem;

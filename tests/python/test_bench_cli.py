@@ -223,3 +223,72 @@ def test_empty_or_repeated_list_items_are_refused(flag: str, value: str, complai
     proc = run_bench("--preset", "ci", "--quiet", flag, value)
     assert proc.returncode == 2
     assert f"{flag}: " in proc.stderr and complaint in proc.stderr, proc.stderr
+
+
+# ---- problems -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("--problem", "rotated_ellipsoid_1e4"),
+         "--problem: unknown problem 'rotated_ellipsoid_1e4': ellipsoid_1e4 is rotated already"),
+        (("--problem", "ellipsoid_1e3"), "--problem: unknown problem 'ellipsoid_1e3'"),
+        (("--problem", "ellipsoid"), "--problem: unknown problem 'ellipsoid'"),
+        (("--problem", "rotated_noisy_quadratic"),
+         "--problem: unknown problem 'rotated_noisy_quadratic': noisy_quadratic is offered unrotated only"),
+        (("--problem", "noisy_quadratic", "--rotated"),
+         "--problem: unknown problem 'rotated_noisy_quadratic'"),
+        (("--problem", "Noisy_Quadratic"), "--problem: unknown problem 'Noisy_Quadratic'"),
+        (("--problem", "ellipsoid_1e4", "--dim", "0"), "--dim: must be an integer in [1, "),
+        (("--problem", "noisy_quadratic", "--dim", "0"), "--dim: must be an integer in [1, "),
+        (("--problem", "ellipsoid_1e6", "--dim", "4097"),
+         "--dim: 4097 does not suit --problem ellipsoid_1e6 (d: a dense rotation supports d <= 4096"),
+    ],
+)
+def test_bad_problem_names_and_dimensions_are_refused(args: tuple[str, ...], complaint: str) -> None:
+    proc = run_bench("--preset", "ci", "--quiet", *args)
+    assert proc.returncode == 2
+    assert complaint in proc.stderr, proc.stderr
+
+
+def test_the_unknown_problem_message_lists_the_new_problems() -> None:
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "nosuch")
+    assert proc.returncode == 2
+    for name in ("ellipsoid_1e2", "ellipsoid_1e4", "ellipsoid_1e6", "noisy_quadratic"):
+        assert name in proc.stderr, proc.stderr
+
+
+def test_ellipsoids_stay_as_they_are_under_rotated(tmp_path: Path) -> None:
+    out = tmp_path / "rotated.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--rotated", "--problem", "ellipsoid_1e2,sphere",
+                     "--methods", "optex_default", "--lr-grid", "none", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert load_json(out)["config"]["problems"] == ["ellipsoid_1e2", "rotated_sphere"]
+
+
+def test_noisy_quadratic_is_stochastic_and_reproducible(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a.json", "b.json"):
+        out = tmp_path / name
+        proc = run_bench("--preset", "ci", "--quiet", "--problem", "noisy_quadratic",
+                         "--lr-grid", "none", "--optimizer", "sgd", "--lr", "0.5",
+                         "--methods", "data_parallel,optex_default", "--json", str(out))
+        assert proc.returncode == 0, proc.stderr
+        runs.append(load_json(out))
+    data = runs[0]
+    assert data["config"]["problem_noise"] == {
+        "noisy_quadratic": "N(0, h_i) on gradient coordinate i (h_i = 1/i, sigma 1), drawn like --noise"}
+    assert data["config"]["noise"] == 0
+    losses = defaultdict(dict)
+    for r in data["records"]:
+        losses[r["method"]][(r["seed"], r["round"])] = r["loss"]
+    # Its own noise makes N x minibatch more than vanilla, and the report does not call them equal.
+    assert losses["data_parallel"] != losses["vanilla"]
+    for s in data["summary"]:
+        assert "identical" not in s.get("note", ""), s
+    # The noise is seeded: a second run is the same run (wall seconds aside).
+    def without_seconds(doc: dict) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in doc["records"]]
+
+    assert without_seconds(runs[0]) == without_seconds(runs[1])
