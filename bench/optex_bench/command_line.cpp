@@ -139,7 +139,9 @@ std::string footer() {
   for (const std::string& m : standard_method_names()) methods += (methods.empty() ? "" : ", ") + m;
   return "\n" + preset_help() + "\nmethods: " + methods +
          "; engine methods take [key=value;...] overrides: history, lengthscale (a number: "
-         "fixed; loo; ml), kernel (matern12, matern32, matern52, rbf)\n"
+         "fixed; loo; ml), kernel (matern12, matern32, matern52, rbf), evaluations (D, "
+         "dividing every N), strategy (fixed, adaptive), continue (last, best), variance (> 0 "
+         "or off), trust (> 0 or off), lengthscale_change (>= 1 or off); see methods.hpp\n"
          "\ntarget loss, when --target-loss is not given: the median over the reported seeds "
          "of the loss vanilla reaches at its last round, so rounds to target asks how fast "
          "each method reaches what vanilla reaches in the budget.\n"

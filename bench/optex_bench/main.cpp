@@ -73,6 +73,14 @@ std::vector<MethodSpec> build_methods(const Settings& s, bool quiet) {
                     [&](const MethodSpec& m) { return m.name == spec.name; })) {
       throw std::invalid_argument("--methods: '" + name + "' is listed twice");
     }
+    // Before the run: evaluations=3 at N = 4 would otherwise fail every one of its runs.
+    for (int n : s.parallelism) {
+      try {
+        optex_bench::check_method_for_parallelism(spec, n);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--methods: ") + e.what());
+      }
+    }
     methods.push_back(spec);
   }
   const auto vanilla = std::find_if(methods.begin(), methods.end(), [](const MethodSpec& m) {

@@ -30,14 +30,18 @@ constexpr NamedKind kMethods[] = {
     {"target", MethodKind::target},
     {"optex_reference", MethodKind::optex_reference},
     {"optex_default", MethodKind::optex_default},
+    {"optex_adaptive", MethodKind::optex_adaptive},
     {"ablation_last_gradient", MethodKind::ablation_last_gradient},
     {"ablation_last_point", MethodKind::ablation_last_point},
 };
 
 bool uses_engine_options(MethodKind kind) {
   return kind == MethodKind::optex_reference || kind == MethodKind::optex_default ||
-         kind == MethodKind::ablation_last_gradient || kind == MethodKind::ablation_last_point;
+         kind == MethodKind::optex_adaptive || kind == MethodKind::ablation_last_gradient ||
+         kind == MethodKind::ablation_last_point;
 }
+
+constexpr double kOff = std::numeric_limits<double>::infinity();
 
 double parse_number(std::string_view method, std::string_view key, std::string_view text) {
   const std::string s(text);
@@ -55,6 +59,66 @@ double parse_number(std::string_view method, std::string_view key, std::string_v
   return v;
 }
 
+[[noreturn]] void refuse_value(std::string_view method, std::string_view key,
+                               std::string_view requirement, std::string_view value) {
+  throw std::invalid_argument("method '" + std::string(method) + "': " + std::string(key) +
+                              " must be " + std::string(requirement) + ", got '" +
+                              std::string(value) + "'");
+}
+
+// An integer in [1, highest].
+int parse_count(std::string_view method, std::string_view key, std::string_view value,
+                int highest) {
+  const double v = parse_number(method, key, value);
+  if (v != std::floor(v) || v < 1 || v > highest) {
+    refuse_value(method, key, "an integer in [1, " + std::to_string(highest) + "]", value);
+  }
+  return static_cast<int>(v);
+}
+
+// A safeguard threshold: a number above `lowest` (at least 1 when lowest is 1), or
+// "off" for +infinity, as Options::validate takes them.
+double parse_threshold(std::string_view method, std::string_view key, std::string_view value,
+                       double lowest) {
+  if (value == "off") return kOff;
+  const std::string requirement = lowest >= 1.0 ? "a number >= 1 or off" : "a number > 0 or off";
+  double v = 0.0;
+  try {
+    v = parse_number(method, key, value);
+  } catch (const std::invalid_argument&) {
+    refuse_value(method, key, requirement, value);
+  }
+  if (!(lowest >= 1.0 ? v >= lowest : v > lowest)) refuse_value(method, key, requirement, value);
+  return v;
+}
+
+// One of the listed words.
+template <class T, std::size_t K>
+T parse_choice(std::string_view method, std::string_view key, std::string_view value,
+               const std::pair<std::string_view, T> (&choices)[K]) {
+  std::string names;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) return choice;
+    names += (names.empty() ? "" : " or ") + std::string(name);
+  }
+  refuse_value(method, key, names, value);
+}
+
+template <class T>
+void set_once(std::string_view method, std::string_view key, std::optional<T>& slot, T value) {
+  // The last of two settings would win silently.
+  if (slot) {
+    throw std::invalid_argument("method '" + std::string(method) + "': option '" +
+                                std::string(key) + "' is given twice");
+  }
+  slot = value;
+}
+
+constexpr std::pair<std::string_view, optex::Strategy> kStrategies[] = {
+    {"fixed", optex::Strategy::fixed}, {"adaptive", optex::Strategy::adaptive}};
+constexpr std::pair<std::string_view, optex::ContinueFrom> kContinueFrom[] = {
+    {"last", optex::ContinueFrom::last}, {"best", optex::ContinueFrom::best_loss}};
+
 // Applies one "key=value" of a bracket suffix.
 void parse_override(std::string_view method, std::string_view item, OptionOverrides& out) {
   const auto eq = item.find('=');
@@ -64,44 +128,45 @@ void parse_override(std::string_view method, std::string_view item, OptionOverri
   }
   const std::string_view key = item.substr(0, eq);
   const std::string_view value = item.substr(eq + 1);
-  // The last of two settings would win silently.
-  if ((key == "history" && out.history) || (key == "lengthscale" && out.selection) ||
-      (key == "kernel" && out.kernel)) {
-    throw std::invalid_argument("method '" + std::string(method) + "': option '" +
-                                std::string(key) + "' is given twice");
-  }
   if (key == "history") {
-    const double h = parse_number(method, key, value);
-    if (h != std::floor(h) || h < 1 || h > optex::kMaxHistory) {
-      throw std::invalid_argument("method '" + std::string(method) +
-                                  "': history must be an integer in [1, 4096], got '" +
-                                  std::string(value) + "'");
-    }
-    out.history = static_cast<int>(h);
+    set_once(method, key, out.history, parse_count(method, key, value, optex::kMaxHistory));
   } else if (key == "lengthscale") {
     if (value == "loo") {
-      out.selection = optex::LengthscaleSelection::leave_one_out;
+      set_once(method, key, out.selection, optex::LengthscaleSelection::leave_one_out);
     } else if (value == "ml") {
-      out.selection = optex::LengthscaleSelection::marginal_likelihood;
+      set_once(method, key, out.selection, optex::LengthscaleSelection::marginal_likelihood);
     } else {
       const double l = parse_number(method, key, value);
-      if (!(l > 0.0)) {
-        throw std::invalid_argument("method '" + std::string(method) +
-                                    "': lengthscale must be > 0, loo or ml, got '" +
-                                    std::string(value) + "'");
-      }
+      if (!(l > 0.0)) refuse_value(method, key, "> 0, loo or ml", value);
+      set_once(method, key, out.selection, optex::LengthscaleSelection::fixed);
       out.fixed_lengthscale = l;
-      out.selection = optex::LengthscaleSelection::fixed;
     }
   } else if (key == "kernel") {
+    optex::Covariance kernel{};
     try {
-      out.kernel = optex::covariance_from_name(value);
+      kernel = optex::covariance_from_name(value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("method '" + std::string(method) + "': " + e.what());
     }
+    set_once(method, key, out.kernel, kernel);
+  } else if (key == "evaluations") {
+    set_once(method, key, out.evaluations_per_point,
+             parse_count(method, key, value, optex::kMaxParallelism));
+  } else if (key == "strategy") {
+    set_once(method, key, out.strategy, parse_choice(method, key, value, kStrategies));
+  } else if (key == "continue") {
+    set_once(method, key, out.continue_from, parse_choice(method, key, value, kContinueFrom));
+  } else if (key == "variance") {
+    set_once(method, key, out.max_posterior_variance, parse_threshold(method, key, value, 0.0));
+  } else if (key == "trust") {
+    set_once(method, key, out.trust_region, parse_threshold(method, key, value, 0.0));
+  } else if (key == "lengthscale_change") {
+    set_once(method, key, out.max_lengthscale_change, parse_threshold(method, key, value, 1.0));
   } else {
     throw std::invalid_argument("method '" + std::string(method) + "': unknown option '" +
-                                std::string(key) + "' (known: history, lengthscale, kernel)");
+                                std::string(key) +
+                                "' (known: history, lengthscale, kernel, evaluations, strategy, "
+                                "continue, variance, trust, lengthscale_change)");
   }
 }
 
@@ -110,6 +175,12 @@ void apply(const OptionOverrides& o, optex::Options& options) {
   if (o.fixed_lengthscale) options.lengthscale = *o.fixed_lengthscale;
   if (o.selection) options.lengthscale_selection = *o.selection;
   if (o.kernel) options.kernel = *o.kernel;
+  if (o.evaluations_per_point) options.evaluations_per_point = *o.evaluations_per_point;
+  if (o.strategy) options.strategy = *o.strategy;
+  if (o.continue_from) options.continue_from = *o.continue_from;
+  if (o.max_posterior_variance) options.max_posterior_variance = *o.max_posterior_variance;
+  if (o.trust_region) options.trust_region = *o.trust_region;
+  if (o.max_lengthscale_change) options.max_lengthscale_change = *o.max_lengthscale_change;
 }
 
 // Scales g down to Euclidean norm `max_norm` when it is longer; 0 = no clip.
@@ -340,13 +411,14 @@ void run_optex(const RunInputs& in, optex::Options options, bool last_point_only
 }
 
 optex::Options engine_options(const MethodSpec& method, int parallelism) {
-  optex::Options options = method.kind == MethodKind::optex_reference
-                               ? optex::Options::reference(parallelism)
-                               : optex::Options{};
+  optex::Options options;
+  if (method.kind == MethodKind::optex_reference) options = optex::Options::reference(parallelism);
+  if (method.kind == MethodKind::optex_adaptive) options = optex::Options::adaptive(parallelism);
   if (method.kind == MethodKind::ablation_last_gradient) {
     options.proxy = optex::Proxy::last_gradient;
   }
   apply(method.overrides, options);
+  options.parallelism = parallelism;
   return options;
 }
 
@@ -389,6 +461,16 @@ MethodSpec parse_method(std::string_view name) {
   return spec;
 }
 
+void check_method_for_parallelism(const MethodSpec& method, int parallelism) {
+  if (!uses_engine_options(method.kind)) return;
+  try {
+    engine_options(method, parallelism).validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("method '" + method.name +
+                                "' at N = " + std::to_string(parallelism) + ": " + e.what());
+  }
+}
+
 bool is_same_budget_baseline(MethodKind kind) {
   return kind == MethodKind::vanilla_nlr || kind == MethodKind::data_parallel ||
          kind == MethodKind::line_search;
@@ -411,6 +493,7 @@ std::string evaluations_per_round(MethodKind kind) {
     case MethodKind::data_parallel:
     case MethodKind::optex_reference:
     case MethodKind::optex_default:
+    case MethodKind::optex_adaptive:
     case MethodKind::ablation_last_gradient:
       return "N";
   }
@@ -438,6 +521,7 @@ Trajectory run_method(const MethodSpec& method, const RunInputs& in) {
         break;
       case MethodKind::optex_reference:
       case MethodKind::optex_default:
+      case MethodKind::optex_adaptive:
       case MethodKind::ablation_last_gradient:
       case MethodKind::ablation_last_point:
         run_optex(in, engine_options(method, in.parallelism),

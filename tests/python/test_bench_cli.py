@@ -28,8 +28,10 @@ pytestmark = pytest.mark.skipif(
     reason="OPTEX_BENCH is not set: point it at the built runner (build/bench/optex-bench)",
 )
 
-# The C++ runner's methods are the names the Python tools share (bench/python/method_names.py).
+# The C++ runner's methods are the names the Python tools share (bench/python/method_names.py),
+# and optex_adaptive (Options::adaptive(N)), which only the C++ runner has, after optex_default.
 STANDARD_METHODS = list(METHODS)
+STANDARD_METHODS.insert(STANDARD_METHODS.index("optex_default") + 1, "optex_adaptive")
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -82,6 +84,10 @@ def test_header_follows_the_shared_schema(ci: dict) -> None:
     assert set(config["evaluations_per_round"]) == set(STANDARD_METHODS)
     # Tuning seeds are never reported.
     assert not set(config["tuning_seeds"]) & set(config["seeds"])
+
+
+def test_methods_run_in_the_standard_order(ci: dict) -> None:
+    assert ci["config"]["methods"] == STANDARD_METHODS
 
 
 def test_every_method_is_present_for_every_task(ci: dict) -> None:
@@ -223,6 +229,82 @@ def test_empty_or_repeated_list_items_are_refused(flag: str, value: str, complai
     proc = run_bench("--preset", "ci", "--quiet", flag, value)
     assert proc.returncode == 2
     assert f"{flag}: " in proc.stderr and complaint in proc.stderr, proc.stderr
+
+
+# ---- engine overrides ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "complaint"),
+    [
+        ("optex_default[evaluations=0]", "evaluations must be an integer in [1, 65536], got '0'"),
+        ("optex_default[evaluations=2.5]", "evaluations must be an integer in [1, 65536], got '2.5'"),
+        ("optex_default[evaluations=-4]", "evaluations must be an integer in [1, 65536], got '-4'"),
+        ("optex_default[evaluations=3]",
+         "'optex_default[evaluations=3]' at N = 4: evaluations_per_point: must divide parallelism (4), got 3"),
+        ("optex_default[evaluations=8]", "at N = 4: evaluations_per_point: must divide parallelism"),
+        ("optex_default[evaluations=two]", "evaluations needs a number, got 'two'"),
+        ("optex_default[strategy=greedy]", "strategy must be fixed or adaptive, got 'greedy'"),
+        ("optex_default[strategy=]", "strategy must be fixed or adaptive, got ''"),
+        ("optex_default[continue=first]", "continue must be last or best, got 'first'"),
+        ("optex_default[continue=best_loss]", "continue must be last or best, got 'best_loss'"),
+        ("optex_default[variance=0]", "variance must be a number > 0 or off, got '0'"),
+        ("optex_default[variance=-1]", "variance must be a number > 0 or off, got '-1'"),
+        ("optex_default[variance=inf]", "variance must be a number > 0 or off, got 'inf'"),
+        ("optex_default[variance=nan]", "variance must be a number > 0 or off, got 'nan'"),
+        ("optex_default[trust=0]", "trust must be a number > 0 or off, got '0'"),
+        ("optex_default[trust=2x]", "trust must be a number > 0 or off, got '2x'"),
+        ("optex_default[lengthscale_change=0.5]",
+         "lengthscale_change must be a number >= 1 or off, got '0.5'"),
+        ("optex_default[lengthscale_change=0]", "lengthscale_change must be a number >= 1 or off"),
+        ("optex_default[lengthscale_change=1e999]", "lengthscale_change must be a number >= 1 or off"),
+        ("optex_default[trust=2;trust=off]", "option 'trust' is given twice"),
+        ("optex_adaptive[strategy=fixed;strategy=adaptive]", "option 'strategy' is given twice"),
+        ("optex_default[continue=best;continue=best]", "option 'continue' is given twice"),
+        ("optex_default[evaluations=2;evaluations=2]", "option 'evaluations' is given twice"),
+        ("optex_default[variance=1;variance=2]", "option 'variance' is given twice"),
+        ("optex_default[lengthscale_change=2;lengthscale_change=3]",
+         "option 'lengthscale_change' is given twice"),
+        ("optex_default[trust]", "expected key=value, got 'trust'"),
+        ("optex_default[safeguard=1]", "unknown option 'safeguard'"),
+        ("optex_adaptive[trust=2", "missing the closing ']'"),
+        ("data_parallel[evaluations=2]", "only optex_* and ablation_* methods take [options]"),
+        ("optex_adaptve", "unknown method 'optex_adaptve'"),
+    ],
+)
+def test_bad_engine_overrides_are_refused_before_the_run(method: str, complaint: str) -> None:
+    proc = run_bench("--preset", "ci", "--quiet", "--methods", method)
+    assert proc.returncode == 2
+    assert "--methods: " in proc.stderr and complaint in proc.stderr, proc.stderr
+
+
+def test_evaluations_must_divide_every_parallelism(tmp_path: Path) -> None:
+    proc = run_bench("--preset", "ci", "--quiet", "--parallelism", "4,6",
+                     "--methods", "optex_default[evaluations=4]")
+    assert proc.returncode == 2
+    assert "at N = 6: evaluations_per_point: must divide parallelism (6), got 4" in proc.stderr
+
+
+def test_good_engine_overrides_run_within_the_budget(tmp_path: Path) -> None:
+    methods = ["optex_adaptive", "optex_adaptive[strategy=fixed]", "optex_default[continue=best]",
+               "optex_default[evaluations=2]", "optex_default[evaluations=4]",
+               "optex_default[variance=0.5]", "optex_default[trust=2]",
+               "optex_default[lengthscale_change=10]",
+               "optex_adaptive[variance=off;trust=off;lengthscale_change=off;continue=last]"]
+    out = tmp_path / "overrides.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "sphere", "--lr-grid", "none",
+                     "--methods", ",".join(methods), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["config"]["methods"] == ["vanilla", *methods]
+    for method in methods:
+        assert data["config"]["evaluations_per_round"][method] == "N"
+    for r in data["records"]:
+        assert r["gradient_evaluations"] == expected_evaluations(r["method"], r["parallelism"],
+                                                                 r["round"]), r
+        assert math.isfinite(r["loss"]), r
+    for s in data["summary"]:
+        assert "failed" not in s.get("note", ""), s
 
 
 # ---- problems -------------------------------------------------------------------------------
