@@ -54,6 +54,7 @@ struct RawFlags {
   std::string dim, iterations, optimizer, lr, seeds, tuning_seeds, noise, clip, target_loss,
       lr_grid;
   bool rotated = false;
+  bool lr_from_vanilla = false;
 };
 
 Settings resolve(const CLI::App& app, const RawFlags& raw) {
@@ -103,6 +104,7 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
     if (s.noise < 0.0) reject("--noise", raw.noise, "must be >= 0");
   }
   if (given("--rotated")) s.rotated = raw.rotated;
+  if (given("--lr-from-vanilla")) s.lr_from_vanilla = raw.lr_from_vanilla;
   if (given("--clip")) {
     s.clip = parse_real("--clip", raw.clip);
     if (s.clip < 0.0) reject("--clip", raw.clip, "must be >= 0 (0 = no clip)");
@@ -147,7 +149,9 @@ std::string footer() {
          "each method reaches what vanilla reaches in the budget.\n"
          "learning rates: unless --lr-grid none, each method tries lr x each grid entry (N x "
          "lr for vanilla_nlr) on tuning seeds 1000, 1001, ... (never reported) and keeps the "
-         "fewest median rounds to target, then the lowest median final loss.\n"
+         "fewest median rounds to target, then the lowest median final loss. With "
+         "--lr-from-vanilla (preset lr_transfer) only vanilla is tuned, and every other "
+         "method runs at vanilla's chosen lr (N x it for vanilla_nlr).\n"
          "loss: the noise-free loss at the committed iterate after each round, evaluated "
          "outside the gradient budget.\n";
 }
@@ -163,7 +167,9 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   app.footer(footer());
   RawFlags raw;
   CommandLine cl;
-  app.add_option("--preset", raw.preset, "default, paper, scaling, ablation, suite or ci")
+  app.add_option("--preset", raw.preset,
+                 "default, paper, scaling, ablation, suite, illcond, noisy_quadratic, "
+                 "lr_transfer or ci")
       ->type_name("NAME");
   app.add_option("--problem", raw.problems,
                  "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
@@ -199,6 +205,9 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   app.add_option("--lr-grid", raw.lr_grid,
                  "lr multiples tried on the tuning seeds, comma-separated, or none")
       ->type_name("LIST");
+  app.add_flag(
+      "--lr-from-vanilla", raw.lr_from_vanilla,
+      "tune vanilla only; every other method runs at vanilla's lr (N x it for vanilla_nlr)");
   app.add_option("--json", cl.json_path, "write records and summary as JSON (optex-bench/1)")
       ->type_name("FILE");
   app.add_option("--markdown", cl.markdown_path, "write the summary as a Markdown table")

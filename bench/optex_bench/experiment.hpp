@@ -8,6 +8,10 @@
 // The tuning target is --target-loss when given; otherwise vanilla, tuned first
 // on median final loss alone, sets it: its median final loss on the tuning seeds.
 //
+// With Settings::lr_from_vanilla only vanilla is tuned, as above; every other method
+// then runs at its centre learning rate taken from vanilla's tuned one (N x it for
+// vanilla_nlr) with no tuning of its own.
+//
 // The reported target is --target-loss when given; otherwise the median over the
 // reported seeds of the loss vanilla reaches at its last round, so "rounds to
 // target" asks how fast each method reaches what vanilla reaches in the budget.

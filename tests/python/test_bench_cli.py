@@ -88,6 +88,7 @@ def test_header_follows_the_shared_schema(ci: dict) -> None:
 
 def test_methods_run_in_the_standard_order(ci: dict) -> None:
     assert ci["config"]["methods"] == STANDARD_METHODS
+    assert ci["config"]["lr_from_vanilla"] is False
 
 
 def test_every_method_is_present_for_every_task(ci: dict) -> None:
@@ -374,3 +375,95 @@ def test_noisy_quadratic_is_stochastic_and_reproducible(tmp_path: Path) -> None:
         return [{k: v for k, v in r.items() if k != "seconds"} for r in doc["records"]]
 
     assert without_seconds(runs[0]) == without_seconds(runs[1])
+
+
+# ---- presets --------------------------------------------------------------------------------
+
+QUICK_PRESET = ("--quiet", "--iterations", "2", "--seeds", "1", "--lr-grid", "none")
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        ("illcond", {"problems": ["ellipsoid_1e2", "ellipsoid_1e4", "ellipsoid_1e6"], "dim": 200,
+                     "parallelism": [4], "optimizer": "adam", "lr": 0.01}),
+        ("noisy_quadratic", {"problems": ["noisy_quadratic"], "dim": 200, "parallelism": [4, 16],
+                             "optimizer": "sgd", "lr": 0.5}),
+        ("lr_transfer", {"problems": ["sphere", "rosenbrock", "ellipsoid_1e2", "ellipsoid_1e4",
+                                      "ellipsoid_1e6", "noisy_quadratic"],
+                         "dim": 200, "parallelism": [4], "optimizer": "adam", "lr": 0.01,
+                         "lr_from_vanilla": True}),
+    ],
+)
+def test_new_presets_configure_what_their_help_says(preset: str, expected: dict,
+                                                   tmp_path: Path) -> None:
+    out = tmp_path / "preset.json"
+    proc = run_bench("--preset", preset, *QUICK_PRESET, "--methods", "optex_adaptive",
+                     "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    config = load_json(out)["config"]
+    for key, value in expected.items():
+        assert config[key] == value, key
+    proc = run_bench("--help")
+    assert proc.returncode == 0 and f"  {preset}" in proc.stdout
+
+
+def test_the_preset_defaults_are_the_documented_ones(tmp_path: Path) -> None:
+    # Without the quick overrides: the rounds, seeds and lr grid of each preset (a run of
+    # one method at one task, so this stays fast).
+    for preset, n in (("illcond", 4), ("noisy_quadratic", 16), ("lr_transfer", 4)):
+        out = tmp_path / f"{preset}.json"
+        proc = run_bench("--preset", preset, "--quiet", "--problem", "ellipsoid_1e2"
+                         if preset != "noisy_quadratic" else "noisy_quadratic",
+                         "--dim", "20", "--parallelism", str(n), "--methods", "vanilla",
+                         "--json", str(out))
+        assert proc.returncode == 0, proc.stderr
+        config = load_json(out)["config"]
+        assert config["iterations"] == 60 and config["seeds"] == [0, 1, 2, 3, 4], preset
+        assert config["lr_grid"] == [0.1, 0.3, 1.0, 3.0, 10.0], preset
+
+
+def test_ablation_preset_runs_the_adaptive_parts(tmp_path: Path) -> None:
+    out = tmp_path / "ablation.json"
+    proc = run_bench("--preset", "ablation", *QUICK_PRESET, "--problem", "sphere", "--dim", "20",
+                     "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    methods = load_json(out)["config"]["methods"]
+    for variant in ("optex_adaptive", "optex_default[continue=best]",
+                    "optex_default[evaluations=2]", "optex_default[variance=0.5]",
+                    "optex_default[trust=2]", "optex_default[lengthscale_change=10]",
+                    "optex_adaptive[strategy=fixed]", "optex_default[history=8]"):
+        assert variant in methods
+
+
+def test_lr_transfer_runs_every_method_at_vanillas_tuned_rate(tmp_path: Path) -> None:
+    out = tmp_path / "transfer.json"
+    md = tmp_path / "transfer.md"
+    proc = run_bench("--preset", "lr_transfer", "--quiet", "--problem", "sphere,noisy_quadratic",
+                     "--dim", "20", "--iterations", "8", "--seeds", "2", "--tuning-seeds", "1",
+                     "--lr-grid", "0.3,3", "--json", str(out), "--markdown", str(md))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["config"]["lr_from_vanilla"] is True
+    assert "learning-rate transfer" in data["config"]["lr_selection"]
+    assert "learning-rate transfer" in md.read_text()
+    for task in ("sphere", "noisy_quadratic"):
+        rows = {s["method"]: s for s in data["summary"] if s["task"] == task}
+        assert set(rows) == set(STANDARD_METHODS)
+        vanilla_lr = rows["vanilla"]["lr"]
+        assert vanilla_lr in (0.003, 0.03)  # lr 0.01 times a grid entry: vanilla was tuned
+        for method, row in rows.items():
+            want = 4 * vanilla_lr if method == "vanilla_nlr" else vanilla_lr
+            assert row["lr"] == pytest.approx(want), method
+
+
+def test_lr_from_vanilla_is_a_flag_for_any_preset(tmp_path: Path) -> None:
+    out = tmp_path / "flag.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "sphere", "--lr-from-vanilla",
+                     "--methods", "vanilla_nlr,optex_default", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(out)
+    assert data["config"]["lr_from_vanilla"] is True
+    rows = {s["method"]: s["lr"] for s in data["summary"]}
+    assert rows["optex_default"] == rows["vanilla"]
+    assert rows["vanilla_nlr"] == pytest.approx(4 * rows["vanilla"])
