@@ -262,15 +262,22 @@ void mean_of_rows(std::span<const float> rows, std::span<float> out) {
   for (std::size_t j = 0; j < d; ++j) out[j] = static_cast<float>(sum[j] / static_cast<double>(n));
 }
 
+// Minibatches 0 .. count-1 of `count` at one point: independently-noised gradient
+// sources (minibatch 0 of 1 is the run's own noise, the one vanilla sees).
+std::vector<GradientSource> minibatch_sources(const RunInputs& in, int count) {
+  std::vector<GradientSource> sources;
+  for (int k = 0; k < count; ++k) {
+    sources.push_back(
+        in.task->gradient_source(optex::minibatch_seed(noise_seed(in.seed), k, count)));
+  }
+  return sources;
+}
+
 // N x minibatch: N independently-noised gradients at the iterate, averaged.
 void run_data_parallel(const RunInputs& in, std::vector<float> x, Recorder& recorder) {
   const int n = in.parallelism;
   const std::size_t d = x.size();
-  std::vector<GradientSource> minibatches;
-  for (int k = 0; k < n; ++k) {
-    minibatches.push_back(
-        in.task->gradient_source(optex::minibatch_seed(noise_seed(in.seed), k, n)));
-  }
+  const std::vector<GradientSource> minibatches = minibatch_sources(in, n);
   optex::OptimizerState state = optex::init_state(in.optimizer, d);
   std::vector<float> rows(static_cast<std::size_t>(n) * d);
   std::vector<float> g(d);
@@ -384,16 +391,38 @@ void run_target(const RunInputs& in, std::vector<float> x, Recorder& recorder) {
 // OptEx through the ask/tell engine. With `last_point_only`, points 0..N-2 get a
 // non-finite gradient and loss, which the engine drops: it neither stores them in
 // the history nor steps from them, so one evaluation per round drives the run.
+//
+// The gradient noise is drawn per evaluation: the k-th of L consecutive rows at the
+// same point (one point's L evaluations, or proxy points that coincide, as in a
+// warm-up round) draws minibatch k of L, with the seeds data_parallel's workers use,
+// so D evaluations of a point are D independent minibatches; a row at a point of
+// its own draws the run's own noise.
 void run_optex(const RunInputs& in, optex::Options options, bool last_point_only,
                std::vector<float> x, Recorder& recorder) {
-  const GradientSource gradient = in.task->gradient_source(noise_seed(in.seed));
+  const GradientSource lone = minibatch_sources(in, 1).front();
+  const std::vector<GradientSource> shared = minibatch_sources(in, std::max(in.parallelism, 2));
   options.parallelism = in.parallelism;
   options.seed = in.seed;
   optex::Engine engine(x, in.optimizer, options);
   std::int64_t evaluations = 0;
+  std::vector<int> position, run_length;  // per row: k and L above
   for (int r = 1; r <= in.rounds; ++r) {
     optex::Batch& batch = engine.ask();
     const int n = batch.size();
+    position.assign(static_cast<std::size_t>(n), 0);
+    run_length.assign(static_cast<std::size_t>(n), 1);
+    for (int i = 1; i < n; ++i) {
+      const std::span<const float> a = batch.point(i - 1);
+      const std::span<const float> b = batch.point(i);
+      if (std::memcmp(a.data(), b.data(), b.size_bytes()) == 0) {
+        position[static_cast<std::size_t>(i)] = position[static_cast<std::size_t>(i - 1)] + 1;
+      }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      const auto k = static_cast<std::size_t>(i);
+      run_length[k] =
+          k + 1 < position.size() && position[k + 1] > 0 ? run_length[k + 1] : position[k] + 1;
+    }
     for (int i = 0; i < n; ++i) {
       if (last_point_only && i < n - 1) {
         std::span<float> g = batch.grad(i);
@@ -401,6 +430,9 @@ void run_optex(const RunInputs& in, optex::Options options, bool last_point_only
         batch.loss(i) = kNaN;
         continue;
       }
+      const auto k = static_cast<std::size_t>(i);
+      const GradientSource& gradient =
+          run_length[k] == 1 ? lone : shared[static_cast<std::size_t>(position[k])];
       batch.loss(i) = gradient(batch.point(i), batch.grad(i));
       clip_gradient_norm(batch.grad(i), in.clip);
       ++evaluations;

@@ -308,6 +308,38 @@ def test_good_engine_overrides_run_within_the_budget(tmp_path: Path) -> None:
         assert "failed" not in s.get("note", ""), s
 
 
+@pytest.mark.parametrize("problem", ["noisy_quadratic", "sphere"])
+def test_all_evaluations_at_one_point_are_data_parallel_exactly(problem: str, tmp_path: Path) -> None:
+    # evaluations=N puts the N evaluations at the iterate: the k-th draws minibatch k, as
+    # data_parallel's worker k does, so the two are one method (noise of the problem's own
+    # or from --noise).
+    out = tmp_path / "one_point.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", problem, "--noise", "0.5",
+                     "--lr-grid", "none", "--methods", "data_parallel,optex_default[evaluations=4]",
+                     "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    losses = defaultdict(dict)
+    for r in load_json(out)["records"]:
+        losses[r["method"]][(r["seed"], r["round"])] = r["loss"]
+    assert losses["optex_default[evaluations=4]"] == losses["data_parallel"]
+    assert losses["data_parallel"] != losses["vanilla"]
+
+
+def test_evaluations_of_one_point_draw_independent_noise(tmp_path: Path) -> None:
+    # Two evaluations per point that saw the same noise would be one evaluation twice:
+    # evaluations=2 would then be OptEx with half the points, and no better than it.
+    out = tmp_path / "two.json"
+    proc = run_bench("--preset", "ci", "--quiet", "--problem", "noisy_quadratic", "--dim", "200",
+                     "--iterations", "30", "--seeds", "5", "--optimizer", "sgd", "--lr", "0.5",
+                     "--lr-grid", "none", "--parallelism", "4",
+                     "--methods", "optex_default[evaluations=2],optex_default[evaluations=4]",
+                     "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    final = {s["method"]: s["final"]["median"] for s in load_json(out)["summary"]}
+    # Averaging 4 independent minibatches removes most of the noise floor SGD stalls on.
+    assert final["optex_default[evaluations=4]"] < 0.7 * final["vanilla"]
+
+
 # ---- problems -------------------------------------------------------------------------------
 
 
