@@ -77,18 +77,35 @@ Settings preset_settings(std::string_view name) {
     s.iterations = 40;
     s.lr_grid = {0.3, 1.0, 3.0};
     s.seeds = 5;
-    s.methods = {"vanilla", "vanilla_nlr", "line_search", "target", "optex_reference",
-                 "optex_default", "optex_default[history=8]", "optex_default[history=16]",
-                 "optex_default[history=64]", "optex_default[lengthscale=0.3]",
-                 "optex_default[lengthscale=1]", "optex_default[lengthscale=3]",
-                 "optex_default[lengthscale=10]", "optex_default[lengthscale=30]",
-                 "optex_default[lengthscale=ml]", "optex_default[kernel=matern12]",
-                 "optex_default[kernel=matern32]", "optex_default[kernel=rbf]",
-                 // The parts of the adaptive configuration, one at a time, and the
-                 // adaptive split's own share of it.
-                 "optex_adaptive", "optex_default[continue=best]", "optex_default[evaluations=2]",
-                 "optex_default[variance=0.5]", "optex_default[trust=2]",
-                 "optex_default[lengthscale_change=10]", "optex_adaptive[strategy=fixed]"};
+    s.methods = {
+        "vanilla",
+        "vanilla_nlr",
+        "line_search",
+        "target",
+        "optex_reference",
+        "optex_default",
+        "optex_default[history=8]",
+        "optex_default[history=16]",
+        "optex_default[history=64]",
+        "optex_default[lengthscale=0.3]",
+        "optex_default[lengthscale=1]",
+        "optex_default[lengthscale=3]",
+        "optex_default[lengthscale=10]",
+        "optex_default[lengthscale=30]",
+        "optex_default[lengthscale=ml]",
+        "optex_default[kernel=matern12]",
+        "optex_default[kernel=matern32]",
+        "optex_default[kernel=rbf]",
+        // The parts of the adaptive configuration, one at a time, and the
+        // adaptive split's own share of it.
+        "optex_adaptive",
+        "optex_default[continue=best]",
+        "optex_default[evaluations=2]",
+        "optex_default[variance=0.5]",
+        "optex_default[trust=2]",
+        "optex_default[lengthscale_change=10]",
+        "optex_adaptive[strategy=fixed]",
+    };
     return s;
   }
   if (name == "suite") {
