@@ -1,16 +1,29 @@
-// The demo: OptEx against plain Adam on every shipped test problem.
+// The demo: OptEx against plain Adam, and against the best other use of the same N
+// workers, on every shipped SFU test problem.
 //
 // For each problem, plain Adam runs N * R iterations (the gradient budget of
 // R OptEx rounds). The common target is 99.9% of the decrease plain Adam
 // achieves in that budget. Each method's "rounds" is the first sequential
-// iteration whose loss (at the last point it evaluated) is at or below the
-// target, median over seeds; speedup = Adam's rounds / the method's rounds.
-// OptEx may use up to N * R rounds as well, so a method that never gets there
-// is shown as "-".
+// round whose loss (at the last point it evaluated, or the best for the line
+// search and a commit from the best loss) is at or below the target, median over
+// seeds; speedup = Adam's rounds / the method's rounds. Every method may use up
+// to N * R rounds, so one that never gets there is shown as "-".
+//
+// The same-budget baselines spend at most N gradient evaluations per round, as
+// optex-bench's methods of the same names (bench/optex_bench/methods.hpp):
+//   N x lr      Adam with N times the learning rate (vanilla_nlr), one evaluation
+//   N x batch   one Adam step with the mean of N gradients at the iterate
+//               (data_parallel); without noise it is plain Adam
+//   line search N step sizes 2^k x Adam's update, the best loss kept (line_search)
+// The best baseline is the one with the fewest median rounds.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <optex/optex.hpp>
 #include <string>
 #include <vector>
@@ -19,9 +32,19 @@ namespace {
 
 using LossFn = std::function<double(std::span<const float>, std::span<float>)>;
 
+// The gradient noise of the Adam and OptEx columns; minibatch k of L draws from
+// minibatch_seed(kNoiseSeed, k, L).
+constexpr std::uint64_t kNoiseSeed = 11;
+
 struct Problem {
   std::string name;
-  LossFn f;
+  // The objective whose gradient noise (if any) is drawn from a seed.
+  std::function<LossFn(std::uint64_t noise_seed)> with_noise_seed;
+
+  // Minibatch k of L at one point: independent noise for each k.
+  LossFn minibatch(int k, int count) const {
+    return with_noise_seed(optex::minibatch_seed(kNoiseSeed, k, count));
+  }
 };
 
 // How the shipped problems are presented: optionally rotated by a seeded
@@ -34,9 +57,17 @@ struct Variant {
 };
 
 template <class P>
-Problem erase(P p, std::string name) {
-  return {std::move(name), [p = std::move(p)](std::span<const float> x, std::span<float> g) {
-            return p.EvaluateWithGradient(x, g);
+LossFn erase(P p) {
+  return [p = std::move(p)](std::span<const float> x, std::span<float> g) {
+    return p.EvaluateWithGradient(x, g);
+  };
+}
+
+template <class P>
+Problem with_noise(P p, std::string name, double noise) {
+  namespace pr = optex::problems;
+  return {std::move(name), [p, noise](std::uint64_t seed) {
+            return noise > 0.0 ? erase(pr::WithGradientNoise(p, noise, seed)) : erase(p);
           }};
 }
 
@@ -46,22 +77,102 @@ Problem make(P p, const Variant& v) {
   if (v.rotated) {
     pr::Rotated<P> r(p, v.dim, 7);
     std::string name(r.name());
-    if (v.noise > 0.0) return erase(pr::WithGradientNoise(r, v.noise, 11), name);
-    return erase(r, name);
+    return with_noise(r, name, v.noise);
   }
-  if (v.noise > 0.0) return erase(pr::WithGradientNoise(p, v.noise, 11), std::string(p.name()));
-  return erase(p, std::string(p.name()));
+  return with_noise(p, std::string(p.name()), v.noise);
 }
 
-// Loss of every round (at the last point evaluated), for `rounds` rounds.
-std::vector<double> trajectory(const LossFn& f, const std::vector<float>& x0, optex::Options o,
+// Evaluates a batch: the k-th of L consecutive rows at one point (a point's several
+// evaluations, or proxy points that coincide) draws minibatch k of L, so they are
+// independent; a row at a point of its own draws the columns' usual noise.
+void evaluate(const Problem& p, optex::Batch& b) {
+  const int n = b.size();
+  int start = 0;
+  while (start < n) {
+    int end = start + 1;
+    while (end < n && std::memcmp(b.point(end).data(), b.point(start).data(),
+                                  b.point(start).size_bytes()) == 0) {
+      ++end;
+    }
+    const int count = end - start;
+    for (int i = start; i < end; ++i) {
+      b.loss(i) = p.minibatch(i - start, count)(b.point(i), b.grad(i));
+    }
+    start = end;
+  }
+}
+
+// Loss of every round (at the point the commit stepped from), for `rounds` rounds.
+std::vector<double> trajectory(const Problem& p, const std::vector<float>& x0, optex::Options o,
                                double lr, long rounds) {
   optex::Engine engine(x0, optex::Adam{.lr = lr}, o);
   std::vector<double> losses;
   for (long t = 0; t < rounds; ++t) {
     optex::Batch& b = engine.ask();
-    for (int i = 0; i < b.size(); ++i) b.loss(i) = f(b.point(i), b.grad(i));
+    evaluate(p, b);
     losses.push_back(engine.tell(b).loss);
+  }
+  return losses;
+}
+
+// N x minibatch: one Adam step per round with the mean of N gradients at the
+// iterate (summed in double, so N equal gradients give that gradient exactly).
+std::vector<double> data_parallel(const Problem& p, std::vector<float> x, double lr, int n,
+                                  long rounds) {
+  const optex::Adam adam{.lr = lr};
+  optex::OptimizerState state = optex::init_state(adam, x.size());
+  std::vector<LossFn> minibatches;
+  for (int k = 0; k < n; ++k) minibatches.push_back(p.minibatch(k, n));
+  std::vector<float> g(x.size()), mean(x.size());
+  std::vector<double> sum(x.size());
+  std::vector<double> losses;
+  for (long t = 0; t < rounds; ++t) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    double loss = 0.0;
+    for (const LossFn& f : minibatches) {
+      loss = f(x, g);  // the loss is exact: the same for every minibatch
+      for (std::size_t j = 0; j < x.size(); ++j) sum[j] += g[j];
+    }
+    for (std::size_t j = 0; j < x.size(); ++j) mean[j] = static_cast<float>(sum[j] / n);
+    losses.push_back(loss);
+    optex::apply_step(adam, x, state, mean);
+  }
+  return losses;
+}
+
+// Parallel line search: N step sizes 2^k x one Adam update (k centred on 0); the
+// best loss wins, its gradient drives the next round, the state advances once a
+// round. Round 1 also evaluates the gradient at the start (one evaluation more).
+std::vector<double> line_search(const Problem& p, std::vector<float> x, double lr, int n,
+                                long rounds) {
+  const optex::Adam adam{.lr = lr};
+  const LossFn f = p.minibatch(0, 1);
+  const std::size_t d = x.size();
+  optex::OptimizerState state = optex::init_state(adam, d);
+  std::vector<float> g(d), stepped(d), candidate(d), candidate_g(d), best(d), best_g(d);
+  f(x, g);
+  std::vector<double> losses;
+  const int lowest_power = -(n - 1) / 2;
+  for (long t = 0; t < rounds; ++t) {
+    stepped = x;
+    optex::OptimizerState next_state = state;
+    optex::apply_step(adam, stepped, next_state, g);
+    double best_loss = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < n; ++k) {
+      const float factor = std::ldexp(1.0f, lowest_power + k);
+      for (std::size_t j = 0; j < d; ++j) candidate[j] = x[j] + factor * (stepped[j] - x[j]);
+      const double loss = f(candidate, candidate_g);
+      if (loss < best_loss) {
+        best_loss = loss;
+        std::swap(best, candidate);
+        std::swap(best_g, candidate_g);
+      }
+    }
+    if (!std::isfinite(best_loss)) break;  // every candidate diverged: never reaches
+    std::swap(x, best);
+    std::swap(g, best_g);
+    state = std::move(next_state);
+    losses.push_back(best_loss);
   }
   return losses;
 }
@@ -78,10 +189,23 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+constexpr double kNever = 1e9;  // rounds of a seed that never reached the target
+
+// Rounds and speedup as text; "-" where the method never reached the target.
+std::string rounds_text(double value) {
+  return value >= kNever ? std::string("-") : std::to_string(static_cast<long>(value));
+}
+std::string speedup_text(double adam_rounds, double value) {
+  if (value >= kNever || adam_rounds >= kNever) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", adam_rounds / value);
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"OptEx against plain Adam on the shipped test problems"};
+  CLI::App app{"OptEx against plain Adam and the same-budget baselines on the shipped problems"};
   std::size_t dim = 10000;
   int parallelism = 5;
   long rounds = 40;
@@ -111,9 +235,10 @@ int main(int argc, char** argv) {
                                          make(pr::StyblinskiTang{}, v), make(pr::Schwefel{}, v)};
   optex::Options plain;
   plain.parallelism = 1;
-  optex::Options reference = optex::Options::reference(parallelism);
+  const optex::Options reference = optex::Options::reference(parallelism);
   optex::Options defaults;
   defaults.parallelism = parallelism;
+  const optex::Options adaptive = optex::Options::adaptive(parallelism);
   const long budget = parallelism * rounds;
 
   std::printf("optex %s demo: d = %zu, N = %d, Adam lr %g, start U(-1, 1), %d seeds (medians)%s",
@@ -121,41 +246,50 @@ int main(int argc, char** argv) {
               variant.rotated ? ", rotated" : "");
   if (variant.noise > 0.0) std::printf(", gradient noise std %g", variant.noise);
   std::printf("\n");
-  std::printf("target: 99.9%% of the loss decrease plain Adam reaches in %ld iterations\n\n",
-              budget);
-  std::printf("%-24s %12s %8s %18s %18s\n", "problem", "target", "Adam", "OptEx reference",
-              "OptEx default");
-  std::printf("%-24s %12s %8s %9s %8s %9s %8s\n", "", "", "rounds", "rounds", "speedup", "rounds",
-              "speedup");
+  std::printf("target: 99.9%% of the loss decrease plain Adam reaches in %ld iterations\n", budget);
+  std::printf(
+      "best baseline: the fewest rounds among Adam with N x lr, N x minibatch (N x batch) and "
+      "a parallel line search\n\n");
+  std::printf("%-24s %12s %8s %20s %18s %18s %18s\n", "problem", "target", "Adam", "best baseline",
+              "OptEx reference", "OptEx default", "OptEx adaptive");
+  std::printf("%-24s %12s %8s %-12s %7s %9s %8s %9s %8s %9s %8s\n", "", "", "rounds", " method",
+              "rounds", "rounds", "speedup", "rounds", "speedup", "rounds", "speedup");
   for (const Problem& p : problems) {
-    std::vector<double> targets, adam, ref, def;
+    constexpr std::array<const char*, 3> kBaselines = {"N x lr", "N x batch", "line search"};
+    std::vector<double> targets, adam, ref, def, ada;
+    std::array<std::vector<double>, 3> baselines;
+    const LossFn f = p.minibatch(0, 1);
     for (int s = 0; s < seeds; ++s) {
       const auto x0 = pr::uniform_start(dim, -1.0, 1.0, static_cast<std::uint64_t>(s));
       std::vector<float> g(dim);
-      const double f0 = p.f(x0, g);
-      const auto adam_losses = trajectory(p.f, x0, plain, lr, budget);
+      const double f0 = f(x0, g);
+      const auto adam_losses = trajectory(p, x0, plain, lr, budget);
       const double best = *std::min_element(adam_losses.begin(), adam_losses.end());
       const double target = best + 1e-3 * (f0 - best);
-      const auto never = [&](long r) { return r == 0 ? 1e9 : static_cast<double>(r); };
+      const auto rounds_of = [&](const std::vector<double>& losses) {
+        const long r = rounds_to(losses, target);
+        return r == 0 ? kNever : static_cast<double>(r);
+      };
       targets.push_back(target);
-      adam.push_back(never(rounds_to(adam_losses, target)));
-      ref.push_back(never(rounds_to(trajectory(p.f, x0, reference, lr, budget), target)));
-      def.push_back(never(rounds_to(trajectory(p.f, x0, defaults, lr, budget), target)));
+      adam.push_back(rounds_of(adam_losses));
+      ref.push_back(rounds_of(trajectory(p, x0, reference, lr, budget)));
+      def.push_back(rounds_of(trajectory(p, x0, defaults, lr, budget)));
+      ada.push_back(rounds_of(trajectory(p, x0, adaptive, lr, budget)));
+      baselines[0].push_back(rounds_of(trajectory(p, x0, plain, parallelism * lr, budget)));
+      baselines[1].push_back(rounds_of(data_parallel(p, x0, lr, parallelism, budget)));
+      baselines[2].push_back(rounds_of(line_search(p, x0, lr, parallelism, budget)));
     }
-    const double a = median(adam), r = median(ref), d = median(def);
-    // Rounds and speedup as text; "-" where the method never reached the target.
-    auto rounds_text = [](double value) {
-      return value >= 1e9 ? std::string("-") : std::to_string(static_cast<long>(value));
-    };
-    auto speedup_text = [](double adam_rounds, double value) {
-      if (value >= 1e9 || adam_rounds >= 1e9) return std::string("-");
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.2fx", adam_rounds / value);
-      return std::string(buf);
-    };
-    std::printf("%-24s %12.4g %8s %9s %8s %9s %8s\n", p.name.c_str(), median(targets),
-                rounds_text(a).c_str(), rounds_text(r).c_str(), speedup_text(a, r).c_str(),
-                rounds_text(d).c_str(), speedup_text(a, d).c_str());
+    const double a = median(adam), r = median(ref), d = median(def), ad = median(ada);
+    std::size_t best_baseline = 0;
+    for (std::size_t k = 1; k < baselines.size(); ++k) {
+      if (median(baselines[k]) < median(baselines[best_baseline])) best_baseline = k;
+    }
+    const double b = median(baselines[best_baseline]);
+    const std::string baseline = std::string(" ") + (b >= kNever ? "-" : kBaselines[best_baseline]);
+    std::printf("%-24s %12.4g %8s %-12s %7s %9s %8s %9s %8s %9s %8s\n", p.name.c_str(),
+                median(targets), rounds_text(a).c_str(), baseline.c_str(), rounds_text(b).c_str(),
+                rounds_text(r).c_str(), speedup_text(a, r).c_str(), rounds_text(d).c_str(),
+                speedup_text(a, d).c_str(), rounds_text(ad).c_str(), speedup_text(a, ad).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything, builds, and runs the demo: OptEx against plain Adam on
-# every shipped test problem. Extra arguments go to the demo (see --help).
+# Installs everything, builds, and runs the demo: OptEx against plain Adam and the
+# best same-budget baseline on the eight SFU test problems. Extra arguments go to
+# the demo (see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

@@ -1,5 +1,6 @@
 // Tests of the shipped test problems (optex/problems.hpp): formulas, gradients,
-// minima, input validation, and the Rotated and WithGradientNoise wrappers.
+// minima, input validation, the Rotated and WithGradientNoise wrappers, and the
+// Ellipsoid and NoisyQuadratic quadratics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +22,10 @@ namespace {
 
 using optex::problems::Ackley;
 using optex::problems::Domain;
+using optex::problems::Ellipsoid;
 using optex::problems::Griewank;
 using optex::problems::Levy;
+using optex::problems::NoisyQuadratic;
 using optex::problems::Rastrigin;
 using optex::problems::Rosenbrock;
 using optex::problems::Rotated;
@@ -38,6 +41,8 @@ static_assert(TestProblem<Sphere> && TestProblem<Rosenbrock> && TestProblem<Ackl
               TestProblem<StyblinskiTang> && TestProblem<Schwefel>);
 static_assert(TestProblem<Rotated<Rastrigin>> && TestProblem<WithGradientNoise<Sphere>> &&
               TestProblem<Rotated<WithGradientNoise<Levy>>>);
+static_assert(TestProblem<Ellipsoid> && TestProblem<Rotated<Ellipsoid>> &&
+              TestProblem<NoisyQuadratic> && TestProblem<Rotated<NoisyQuadratic>>);
 
 // ---- helpers ------------------------------------------------------------------
 
@@ -623,6 +628,342 @@ TEST(WithGradientNoise, RejectsBadInput) {
   EXPECT_TRUE(ThrowsInvalidArgument([&] { p.Gradient({}, g); }, {"x: dimension", "got 0"}));
   EXPECT_TRUE(
       ThrowsInvalidArgument([&] { p.Gradient(std::vector<float>(3), g); }, {"g: ", "3", "got 2"}));
+}
+
+// ---- Ellipsoid ------------------------------------------------------------------
+
+TEST(Ellipsoid, CurvaturesAreLogSpacedFromOneOverKappaToOne) {
+  for (const double kappa : {1.0, 1e2, 1e4, 1e6}) {
+    const Ellipsoid e(kappa);
+    EXPECT_EQ(e.condition_number(), kappa);
+    for (const std::size_t d : {2, 7, 200}) {
+      SCOPED_TRACE("kappa = " + std::to_string(kappa) + ", d = " + std::to_string(d));
+      EXPECT_NEAR(e.curvature(d - 1, d), 1.0, 1e-15);
+      EXPECT_NEAR(e.curvature(0, d), 1.0 / kappa, 1e-12 / kappa);
+      const double ratio = std::pow(kappa, 1.0 / static_cast<double>(d - 1));
+      for (std::size_t i = 0; i + 1 < d; ++i) {
+        EXPECT_NEAR(e.curvature(i + 1, d) / e.curvature(i, d), ratio, 1e-12 * ratio);
+      }
+    }
+    EXPECT_EQ(e.curvature(0, 1), 1.0);  // one coordinate: the largest curvature
+  }
+}
+
+TEST(Ellipsoid, SpotValues) {
+  // d = 3, kappa = 100: curvatures 0.01, 0.1, 1.
+  const Ellipsoid e(100.0);
+  const std::vector<float> x = {2.0f, -1.0f, 0.5f};
+  EXPECT_NEAR(e.Evaluate(x), 0.5 * (0.01 * 4.0 + 0.1 * 1.0 + 1.0 * 0.25), 1e-15);
+  const std::vector<float> g = GradientOf(e, x);
+  EXPECT_NEAR(g[0], 0.02, 1e-8);
+  EXPECT_NEAR(g[1], -0.1, 1e-8);
+  EXPECT_EQ(g[2], 0.5f);
+  EXPECT_EQ(e.name(), "ellipsoid");
+}
+
+TEST(Ellipsoid, GradientMatchesFiniteDifferences) {
+  for (const double kappa : {1.0, 1e2, 1e4, 1e6}) {
+    const Ellipsoid e(kappa);
+    for (const std::size_t d : {1, 2, 5, 17}) {
+      for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+        SCOPED_TRACE("kappa = " + std::to_string(kappa) + ", d = " + std::to_string(d));
+        ExpectGradientMatchesDifferences(e, Snap(uniform_start(d, e.domain(), seed)), 0x1p-12,
+                                         1e-5);
+        ExpectGradientMatchesDifferences(e, Snap(uniform_start(d, -20.0, 20.0, 50 + seed)), 0x1p-12,
+                                         1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ellipsoid, RotatedGradientMatchesFiniteDifferences) {
+  ExpectRotatedGradientMatchesDifferences(Ellipsoid{1e2});
+  ExpectRotatedGradientMatchesDifferences(Ellipsoid{1e4});
+  ExpectRotatedGradientMatchesDifferences(Ellipsoid{1e6});
+}
+
+TEST(Ellipsoid, RotatedIsHalfTheCurvatureWeightedSquaresOfQx) {
+  const std::size_t d = 9;
+  const Ellipsoid base(1e4);
+  const Rotated<Ellipsoid> r(base, d, 21);
+  const std::span<const float> q = r.rotation();
+  const std::vector<float> x = uniform_start(d, -1.0, 1.0, 2);
+  double expected = 0.0;
+  for (std::size_t i = 0; i < d; ++i) {
+    double qx = 0.0;
+    for (std::size_t j = 0; j < d; ++j) qx += static_cast<double>(q[i * d + j]) * x[j];
+    expected += 0.5 * base.curvature(i, d) * qx * qx;
+  }
+  EXPECT_NEAR(r.Evaluate(x), expected, 1e-6 * expected);
+  // Along row i of Q (a unit vector, Q x = e_i up to rounding) f is lambda_i / 2: the
+  // curvatures run from 1/kappa to 1 in the rotated coordinates too.
+  for (const std::size_t i : {std::size_t{0}, d - 1}) {
+    const std::vector<float> row(q.begin() + static_cast<std::ptrdiff_t>(i * d),
+                                 q.begin() + static_cast<std::ptrdiff_t>((i + 1) * d));
+    EXPECT_NEAR(r.Evaluate(row), 0.5 * base.curvature(i, d), 1e-6);
+  }
+}
+
+TEST(Ellipsoid, MinimizerAttainsMinimum) {
+  for (const double kappa : {1e2, 1e6}) {
+    const Ellipsoid e(kappa);
+    for (const std::size_t d : {1, 2, 17, 100}) {
+      SCOPED_TRACE("d = " + std::to_string(d));
+      const std::vector<float> xstar = e.minimizer(d);
+      EXPECT_EQ(xstar, std::vector<float>(d, 0.0f));
+      EXPECT_EQ(e.minimum(d), 0.0);
+      EXPECT_EQ(e.Evaluate(xstar), 0.0);
+      EXPECT_EQ(MaxAbs(GradientOf(e, xstar)), 0.0);
+      for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+        EXPECT_GT(e.Evaluate(uniform_start(d, -0.05, 0.05, seed)), 0.0);
+      }
+      const Rotated<Ellipsoid> r(e, d, 5);
+      EXPECT_EQ(r.minimum(d), 0.0);
+      EXPECT_NEAR(r.Evaluate(r.minimizer(d)), 0.0, 1e-12);
+      EXPECT_LT(MaxAbs(GradientOf(r, r.minimizer(d))), 1e-6);
+    }
+    // The standard start is informative: f = (1/2) sum lambda_i.
+    const std::vector<float> x0 = e.standard_start(5);
+    double half_sum = 0.0;
+    for (std::size_t i = 0; i < 5; ++i) half_sum += 0.5 * e.curvature(i, 5);
+    EXPECT_NEAR(e.Evaluate(x0), half_sum, 1e-12);
+  }
+}
+
+// A U(-1, 1)^d start has expected loss (1/6) sum lambda_i: O(d), at most d / 6.
+TEST(Ellipsoid, RotatedLossAtAUniformStartIsOrderD) {
+  const std::size_t d = 200;
+  for (const double kappa : {1e2, 1e4, 1e6}) {
+    SCOPED_TRACE("kappa = " + std::to_string(kappa));
+    const Ellipsoid base(kappa);
+    const Rotated<Ellipsoid> r(base, d, 7);
+    double expected = 0.0;
+    for (std::size_t i = 0; i < d; ++i) expected += base.curvature(i, d) / 6.0;
+    // A sum of log-spaced curvatures lies between their integral over the index,
+    // (d - 1)(1 - 1/kappa) / ln kappa, and that plus the largest, 1.
+    const double integral =
+        static_cast<double>(d - 1) * (1.0 - 1.0 / kappa) / std::log(kappa) / 6.0;
+    EXPECT_GE(expected, integral);
+    EXPECT_LE(expected, integral + 1.0 / 6.0);
+    double mean = 0.0;
+    constexpr int kStarts = 20;
+    for (int s = 0; s < kStarts; ++s) {
+      mean += r.Evaluate(uniform_start(d, -1.0, 1.0, static_cast<std::uint64_t>(s))) / kStarts;
+    }
+    EXPECT_NEAR(mean, expected, 0.15 * expected);
+  }
+}
+
+// The largest curvature is 1: gradient descent converges for lr < 2 and diverges above.
+TEST(Ellipsoid, GradientDescentIsStableBelowLearningRateTwo) {
+  const std::size_t d = 40;
+  const Rotated<Ellipsoid> r(Ellipsoid{1e6}, d, 3);
+  const auto descend = [&](double lr, int steps) {
+    std::vector<float> x = uniform_start(d, -1.0, 1.0, 4);
+    std::vector<float> g(d);
+    for (int t = 0; t < steps; ++t) {
+      r.Gradient(x, g);
+      for (std::size_t i = 0; i < d; ++i) x[i] -= static_cast<float>(lr) * g[i];
+    }
+    return r.Evaluate(x);
+  };
+  const double f0 = r.Evaluate(uniform_start(d, -1.0, 1.0, 4));
+  EXPECT_LT(descend(1.9, 200), f0);
+  EXPECT_LT(descend(1.0, 200), f0);
+  EXPECT_GT(descend(2.1, 200), 1e3 * f0);
+}
+
+TEST(Ellipsoid, EvaluateWithGradientAgreesExactly) {
+  const Ellipsoid e(1e4);
+  for (const std::size_t d : {1, 5, 17}) {
+    const std::vector<float> x = uniform_start(d, -3.0, 3.0, 8);
+    std::vector<float> g(d);
+    EXPECT_EQ(e.EvaluateWithGradient(x, g), e.Evaluate(x));
+    EXPECT_EQ(g, GradientOf(e, x));
+  }
+}
+
+TEST(Ellipsoid, RejectsBadInput) {
+  for (const double kappa : {0.5, 0.0, -1.0, double{NAN}, double{INFINITY}}) {
+    EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)Ellipsoid(kappa); },
+                                      {"condition_number", "finite and >= 1"}));
+  }
+  const Ellipsoid e(1e2);
+  std::vector<float> g0;
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.Evaluate({}); }, {"x: dimension", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { e.Gradient({}, g0); }, {"x: dimension", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.standard_start(0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.minimizer(0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.minimum(0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.curvature(0, 0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)e.curvature(3, 3); }, {"i: ", "< d = 3", "got 3"}));
+  const std::vector<float> x(5, 1.0f);
+  std::vector<float> g4(4);
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { e.Gradient(x, g4); }, {"g: ", "5", "got 4"}));
+  std::vector<float> buf = x;
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { e.Gradient(buf, buf); }, {"g: ", "overlap"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { Rotated<Ellipsoid>(e, 0, 1); }, {"d: ", "got 0"}));
+}
+
+// ---- NoisyQuadratic ---------------------------------------------------------------
+
+// Sum and sum of squares of every coordinate over many evaluations.
+struct CoordinateMoments {
+  std::vector<double> sum, sum_sq;
+  int count = 0;
+
+  explicit CoordinateMoments(std::size_t d) : sum(d, 0.0), sum_sq(d, 0.0) {}
+  void add(std::span<const float> g) {
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      sum[i] += g[i];
+      sum_sq[i] += static_cast<double>(g[i]) * g[i];
+    }
+    ++count;
+  }
+  double mean(std::size_t i) const { return sum[i] / count; }
+  double variance(std::size_t i) const { return sum_sq[i] / count - mean(i) * mean(i); }
+};
+
+TEST(NoisyQuadratic, LossIsTheNoiseFreeQuadraticWithCurvaturesOneOverI) {
+  const NoisyQuadratic p(1.0, 3);
+  EXPECT_EQ(p.name(), "noisy_quadratic");
+  EXPECT_EQ(NoisyQuadratic::curvature(0), 1.0);
+  EXPECT_EQ(NoisyQuadratic::curvature(3), 0.25);
+  const std::vector<float> x = {2.0f, -1.0f, 3.0f, 0.5f};
+  const double expected = 0.5 * (4.0 + 1.0 / 2.0 + 9.0 / 3.0 + 0.25 / 4.0);
+  EXPECT_DOUBLE_EQ(p.Evaluate(x), expected);
+  std::vector<float> g(4);
+  EXPECT_DOUBLE_EQ(p.EvaluateWithGradient(x, g), expected);
+  EXPECT_DOUBLE_EQ(p.EvaluateWithGradient(x, g, 99), expected);
+  // Without noise the gradient is h_i x_i.
+  EXPECT_EQ(GradientOf(NoisyQuadratic(0.0), x), (std::vector<float>{2.0f, -0.5f, 1.0f, 0.125f}));
+}
+
+TEST(NoisyQuadratic, NoiseFreeGradientMatchesFiniteDifferences) {
+  const NoisyQuadratic p(0.0);
+  for (const std::size_t d : {1, 2, 5, 17}) {
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE("d = " + std::to_string(d));
+      ExpectGradientMatchesDifferences(p, Snap(uniform_start(d, p.domain(), seed)), 0x1p-12, 1e-5);
+      ExpectGradientMatchesDifferences(p, Snap(uniform_start(d, -20.0, 20.0, 9 + seed)), 0x1p-12,
+                                       1e-5);
+    }
+  }
+}
+
+TEST(NoisyQuadratic, MinimizerAttainsMinimum) {
+  const NoisyQuadratic p(1.0, 5);
+  for (const std::size_t d : {1, 2, 17, 200}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    EXPECT_EQ(p.minimizer(d), std::vector<float>(d, 0.0f));
+    EXPECT_EQ(p.minimum(d), 0.0);
+    EXPECT_EQ(p.Evaluate(p.minimizer(d)), 0.0);
+    EXPECT_EQ(MaxAbs(GradientOf(NoisyQuadratic(0.0), p.minimizer(d))), 0.0);
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+      EXPECT_GT(p.Evaluate(uniform_start(d, -0.05, 0.05, seed)), 0.0);
+    }
+    // The standard start x = 1: f = (1/2) sum 1/i.
+    double half_harmonic = 0.0;
+    for (std::size_t i = 1; i <= d; ++i) half_harmonic += 0.5 / static_cast<double>(i);
+    EXPECT_NEAR(p.Evaluate(p.standard_start(d)), half_harmonic, 1e-12);
+  }
+}
+
+// E[g_i] = h_i x_i and Var[g_i] = sigma^2 h_i; a mean of B evaluations has a B times
+// smaller variance. 4000 evaluation seeds: the estimates are within a few percent.
+TEST(NoisyQuadratic, NoiseHasMeanZeroAndVarianceSigmaSquaredTimesCurvature) {
+  const std::size_t d = 64;
+  const double sigma = 0.7;
+  const NoisyQuadratic p(sigma, 11);
+  const std::vector<float> x = uniform_start(d, -1.0, 1.0, 1);
+  CoordinateMoments single(d), mean_of_four(d);
+  std::vector<float> g(d), acc(d);
+  constexpr int kEvaluations = 4000;
+  for (int e = 0; e < kEvaluations; ++e) {
+    p.EvaluateWithGradient(x, g, static_cast<std::uint64_t>(e));
+    single.add(g);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int b = 0; b < 4; ++b) {
+      p.EvaluateWithGradient(x, g, static_cast<std::uint64_t>(1'000'000 + 4 * e + b));
+      for (std::size_t i = 0; i < d; ++i) acc[i] += g[i] / 4.0f;
+    }
+    mean_of_four.add(acc);
+  }
+  for (const std::size_t i : {std::size_t{0}, std::size_t{1}, std::size_t{9}, d - 1}) {
+    SCOPED_TRACE("coordinate " + std::to_string(i));
+    const double h = NoisyQuadratic::curvature(i);
+    const double variance = sigma * sigma * h;
+    EXPECT_NEAR(single.mean(i), h * x[i], 5.0 * std::sqrt(variance / kEvaluations));
+    EXPECT_NEAR(single.variance(i), variance, 0.1 * variance);
+    EXPECT_NEAR(mean_of_four.variance(i), variance / 4.0, 0.1 * variance / 4.0);
+  }
+  // Over all coordinates at once, the normalised noise is standard normal.
+  const std::size_t big = 100000;
+  const NoisyQuadratic q(2.0, 4);
+  std::vector<float> g_big(big);
+  q.Gradient(std::vector<float>(big, 0.0f), g_big);
+  std::size_t within_one_sigma = 0;
+  for (std::size_t i = 0; i < big; ++i) {
+    const double z = g_big[i] / (2.0 * std::sqrt(NoisyQuadratic::curvature(i)));
+    if (std::abs(z) < 1.0) ++within_one_sigma;
+  }
+  EXPECT_NEAR(static_cast<double>(within_one_sigma) / static_cast<double>(big), 0.6827, 0.006);
+}
+
+TEST(NoisyQuadratic, NoiseIsKeyedOnThePointOrOnTheEvaluationSeed) {
+  const NoisyQuadratic p(1.0, 9);
+  const std::vector<float> x = uniform_start(30, -1.0, 1.0, 5);
+  // The TestProblem entry points: the same point and seed give the same noise, in any thread.
+  const std::vector<float> g = GradientOf(p, x);
+  EXPECT_EQ(g, GradientOf(p, x));
+  std::vector<float> g_thread;
+  std::thread([&] { g_thread = GradientOf(p, x); }).join();
+  EXPECT_EQ(g, g_thread);
+  EXPECT_NE(g, GradientOf(NoisyQuadratic(0.0), x));
+  EXPECT_NE(g, GradientOf(NoisyQuadratic(1.0, 10), x));
+  std::vector<float> x2 = x;
+  x2[0] = std::nextafter(x2[0], 2.0f);
+  const std::vector<float> g2 = GradientOf(p, x2);
+  EXPECT_GT(std::abs(g2[7] - g[7]), 1e-6);  // fresh noise, not the same noise shifted
+  // The seeded entry point: one draw per evaluation seed, the same at every point.
+  std::vector<float> a(30), b(30), c(30);
+  p.EvaluateWithGradient(x, a, 1);
+  p.EvaluateWithGradient(x, b, 1);
+  p.EvaluateWithGradient(x, c, 2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  std::vector<float> a2(30);
+  p.EvaluateWithGradient(x2, a2, 1);
+  for (std::size_t i = 1; i < 30; ++i) EXPECT_EQ(a2[i], a[i]);
+  // And the problem's own seed still separates two problems.
+  NoisyQuadratic(1.0, 10).EvaluateWithGradient(x, c, 1);
+  EXPECT_NE(a, c);
+}
+
+TEST(NoisyQuadratic, RejectsBadInput) {
+  for (const double sigma : {-0.1, double{NAN}, double{INFINITY}}) {
+    EXPECT_TRUE(
+        ThrowsInvalidArgument([&] { (void)NoisyQuadratic(sigma); }, {"sigma", "finite and >= 0"}));
+  }
+  const NoisyQuadratic p;
+  EXPECT_EQ(p.sigma(), 1.0);
+  std::vector<float> g0;
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)p.Evaluate({}); }, {"x: dimension", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { p.Gradient({}, g0); }, {"x: dimension", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)p.EvaluateWithGradient({}, g0, 1); },
+                                    {"x: dimension", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)p.standard_start(0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)p.minimizer(0); }, {"d: ", "got 0"}));
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { (void)p.minimum(0); }, {"d: ", "got 0"}));
+  const std::vector<float> x(5, 1.0f);
+  std::vector<float> g4(4);
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { p.Gradient(x, g4); }, {"g: ", "5", "got 4"}));
+  EXPECT_TRUE(
+      ThrowsInvalidArgument([&] { (void)p.EvaluateWithGradient(x, g4, 3); }, {"g: ", "got 4"}));
+  std::vector<float> buf = x;
+  EXPECT_TRUE(ThrowsInvalidArgument([&] { p.Gradient(buf, buf); }, {"g: ", "overlap"}));
+  EXPECT_TRUE(
+      ThrowsInvalidArgument([&] { (void)p.EvaluateWithGradient(buf, buf, 3); }, {"overlap"}));
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ struct RawFlags {
   std::string dim, iterations, optimizer, lr, seeds, tuning_seeds, noise, clip, target_loss,
       lr_grid;
   bool rotated = false;
+  bool lr_from_vanilla = false;
 };
 
 Settings resolve(const CLI::App& app, const RawFlags& raw) {
@@ -103,6 +104,7 @@ Settings resolve(const CLI::App& app, const RawFlags& raw) {
     if (s.noise < 0.0) reject("--noise", raw.noise, "must be >= 0");
   }
   if (given("--rotated")) s.rotated = raw.rotated;
+  if (given("--lr-from-vanilla")) s.lr_from_vanilla = raw.lr_from_vanilla;
   if (given("--clip")) {
     s.clip = parse_real("--clip", raw.clip);
     if (s.clip < 0.0) reject("--clip", raw.clip, "must be >= 0 (0 = no clip)");
@@ -139,13 +141,17 @@ std::string footer() {
   for (const std::string& m : standard_method_names()) methods += (methods.empty() ? "" : ", ") + m;
   return "\n" + preset_help() + "\nmethods: " + methods +
          "; engine methods take [key=value;...] overrides: history, lengthscale (a number: "
-         "fixed; loo; ml), kernel (matern12, matern32, matern52, rbf)\n"
+         "fixed; loo; ml), kernel (matern12, matern32, matern52, rbf), evaluations (D, "
+         "dividing every N), strategy (fixed, adaptive), continue (last, best), variance (> 0 "
+         "or off), trust (> 0 or off), lengthscale_change (>= 1 or off); see methods.hpp\n"
          "\ntarget loss, when --target-loss is not given: the median over the reported seeds "
          "of the loss vanilla reaches at its last round, so rounds to target asks how fast "
          "each method reaches what vanilla reaches in the budget.\n"
          "learning rates: unless --lr-grid none, each method tries lr x each grid entry (N x "
          "lr for vanilla_nlr) on tuning seeds 1000, 1001, ... (never reported) and keeps the "
-         "fewest median rounds to target, then the lowest median final loss.\n"
+         "fewest median rounds to target, then the lowest median final loss. With "
+         "--lr-from-vanilla (preset lr_transfer) only vanilla is tuned, and every other "
+         "method runs at vanilla's chosen lr (N x it for vanilla_nlr).\n"
          "loss: the noise-free loss at the committed iterate after each round, evaluated "
          "outside the gradient budget.\n";
 }
@@ -161,13 +167,18 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   app.footer(footer());
   RawFlags raw;
   CommandLine cl;
-  app.add_option("--preset", raw.preset, "default, paper, scaling, ablation, suite or ci")
+  app.add_option("--preset", raw.preset,
+                 "default, paper, scaling, ablation, suite, illcond, noisy_quadratic, "
+                 "lr_transfer or ci")
       ->type_name("NAME");
   app.add_option("--problem", raw.problems,
                  "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
-                 "griewank, styblinski_tang, schwefel, each also as rotated_<name>")
+                 "griewank, styblinski_tang, schwefel, each also as rotated_<name>; the rotated "
+                 "ellipsoids ellipsoid_1e2, ellipsoid_1e4, ellipsoid_1e6 (condition number); "
+                 "noisy_quadratic (h_i = 1/i, gradient noise N(0, h_i) of its own)")
       ->type_name("LIST");
-  app.add_option("--dim", raw.dim, "dimension d (rotated problems: d <= 4096)")->type_name("INT");
+  app.add_option("--dim", raw.dim, "dimension d (rotated problems and ellipsoids: d <= 4096)")
+      ->type_name("INT");
   app.add_option("--parallelism", raw.parallelism, "N, comma-separated list")->type_name("LIST");
   app.add_option("--iterations", raw.iterations, "sequential rounds per run")->type_name("INT");
   app.add_option("--optimizer", raw.optimizer,
@@ -194,6 +205,9 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   app.add_option("--lr-grid", raw.lr_grid,
                  "lr multiples tried on the tuning seeds, comma-separated, or none")
       ->type_name("LIST");
+  app.add_flag(
+      "--lr-from-vanilla", raw.lr_from_vanilla,
+      "tune vanilla only; every other method runs at vanilla's lr (N x it for vanilla_nlr)");
   app.add_option("--json", cl.json_path, "write records and summary as JSON (optex-bench/1)")
       ->type_name("FILE");
   app.add_option("--markdown", cl.markdown_path, "write the summary as a Markdown table")

@@ -134,13 +134,14 @@ double effective_clip(const Settings& settings, const Task& task) {
 
 std::int64_t count_runs(const Settings& settings, std::size_t tasks,
                         const std::vector<MethodSpec>& methods) {
-  const std::int64_t per_method =
-      settings.seeds +
-      (tunes(settings) ? static_cast<std::int64_t>(settings.lr_grid.size()) * settings.tuning_seeds
-                       : 0);
+  const std::int64_t tuning =
+      tunes(settings) ? static_cast<std::int64_t>(settings.lr_grid.size()) * settings.tuning_seeds
+                      : 0;
+  const std::int64_t per_vanilla = settings.seeds + tuning;
+  const std::int64_t per_other = settings.seeds + (settings.lr_from_vanilla ? 0 : tuning);
   const auto others = static_cast<std::int64_t>(methods.size()) - 1;  // vanilla runs once per task
   const auto n_values = static_cast<std::int64_t>(settings.parallelism.size());
-  return static_cast<std::int64_t>(tasks) * per_method * (1 + others * n_values);
+  return static_cast<std::int64_t>(tasks) * (per_vanilla + others * n_values * per_other);
 }
 
 std::vector<TaskOutcome> run_experiment(const Settings& settings, const std::vector<Task>& tasks,
@@ -153,6 +154,8 @@ std::vector<TaskOutcome> run_experiment(const Settings& settings, const std::vec
   for (const Task& task : tasks) {
     TaskOutcome out;
     out.task = task.name;
+    out.own_noise = task.own_noise;
+    out.stochastic = task.stochastic();
     out.clip = effective_clip(settings, task);
     const Runner runner{settings, task, out.clip, observer};
 
@@ -179,6 +182,11 @@ std::vector<TaskOutcome> run_experiment(const Settings& settings, const std::vec
       out.methods.push_back(std::move(v));
       for (std::size_t m = 1; m < methods.size(); ++m) {
         const MethodSpec& method = methods[m];
+        if (settings.lr_from_vanilla) {
+          const double lr = centre_learning_rate(method.kind, vanilla_choice.lr, n);
+          out.methods.push_back(run_outcome(runner, method, n, lr));
+          continue;
+        }
         const double centre = centre_learning_rate(method.kind, settings.lr, n);
         const double lr = tune_learning_rate(runner, method, n, centre, tuning_target).lr;
         out.methods.push_back(run_outcome(runner, method, n, lr));

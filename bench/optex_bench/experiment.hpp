@@ -8,6 +8,10 @@
 // The tuning target is --target-loss when given; otherwise vanilla, tuned first
 // on median final loss alone, sets it: its median final loss on the tuning seeds.
 //
+// With Settings::lr_from_vanilla only vanilla is tuned, as above; every other method
+// then runs at its centre learning rate taken from vanilla's tuned one (N x it for
+// vanilla_nlr) with no tuning of its own.
+//
 // The reported target is --target-loss when given; otherwise the median over the
 // reported seeds of the loss vanilla reaches at its last round, so "rounds to
 // target" asks how fast each method reaches what vanilla reaches in the budget.
@@ -34,6 +38,8 @@ struct MethodOutcome {
 
 struct TaskOutcome {
   std::string task;
+  std::string own_noise;    // the problem's own gradient noise in words (Task::own_noise)
+  bool stochastic = false;  // Task::stochastic(): gradients at one point can differ
   double clip = 0.0;
   double target = 0.0;                 // the reported target loss; NaN when vanilla diverged
   std::vector<MethodOutcome> methods;  // every parallelism, in the order run

@@ -38,7 +38,7 @@ using optex_bench::Task;
 std::vector<Task> build_tasks(const Settings& s) {
   std::vector<std::string> names;
   for (const std::string& p : s.problems) {
-    const std::string name = s.rotated && !p.starts_with("rotated_") ? "rotated_" + p : p;
+    const std::string name = s.rotated ? optex_bench::rotated_name(p) : p;
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   std::vector<Task> tasks;
@@ -72,6 +72,14 @@ std::vector<MethodSpec> build_methods(const Settings& s, bool quiet) {
     if (std::any_of(methods.begin(), methods.end(),
                     [&](const MethodSpec& m) { return m.name == spec.name; })) {
       throw std::invalid_argument("--methods: '" + name + "' is listed twice");
+    }
+    // Before the run: evaluations=3 at N = 4 would otherwise fail every one of its runs.
+    for (int n : s.parallelism) {
+      try {
+        optex_bench::check_method_for_parallelism(spec, n);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--methods: ") + e.what());
+      }
     }
     methods.push_back(spec);
   }

@@ -30,14 +30,18 @@ constexpr NamedKind kMethods[] = {
     {"target", MethodKind::target},
     {"optex_reference", MethodKind::optex_reference},
     {"optex_default", MethodKind::optex_default},
+    {"optex_adaptive", MethodKind::optex_adaptive},
     {"ablation_last_gradient", MethodKind::ablation_last_gradient},
     {"ablation_last_point", MethodKind::ablation_last_point},
 };
 
 bool uses_engine_options(MethodKind kind) {
   return kind == MethodKind::optex_reference || kind == MethodKind::optex_default ||
-         kind == MethodKind::ablation_last_gradient || kind == MethodKind::ablation_last_point;
+         kind == MethodKind::optex_adaptive || kind == MethodKind::ablation_last_gradient ||
+         kind == MethodKind::ablation_last_point;
 }
+
+constexpr double kOff = std::numeric_limits<double>::infinity();
 
 double parse_number(std::string_view method, std::string_view key, std::string_view text) {
   const std::string s(text);
@@ -55,6 +59,66 @@ double parse_number(std::string_view method, std::string_view key, std::string_v
   return v;
 }
 
+[[noreturn]] void refuse_value(std::string_view method, std::string_view key,
+                               std::string_view requirement, std::string_view value) {
+  throw std::invalid_argument("method '" + std::string(method) + "': " + std::string(key) +
+                              " must be " + std::string(requirement) + ", got '" +
+                              std::string(value) + "'");
+}
+
+// An integer in [1, highest].
+int parse_count(std::string_view method, std::string_view key, std::string_view value,
+                int highest) {
+  const double v = parse_number(method, key, value);
+  if (v != std::floor(v) || v < 1 || v > highest) {
+    refuse_value(method, key, "an integer in [1, " + std::to_string(highest) + "]", value);
+  }
+  return static_cast<int>(v);
+}
+
+// A safeguard threshold: a number above `lowest` (at least 1 when lowest is 1), or
+// "off" for +infinity, as Options::validate takes them.
+double parse_threshold(std::string_view method, std::string_view key, std::string_view value,
+                       double lowest) {
+  if (value == "off") return kOff;
+  const std::string requirement = lowest >= 1.0 ? "a number >= 1 or off" : "a number > 0 or off";
+  double v = 0.0;
+  try {
+    v = parse_number(method, key, value);
+  } catch (const std::invalid_argument&) {
+    refuse_value(method, key, requirement, value);
+  }
+  if (!(lowest >= 1.0 ? v >= lowest : v > lowest)) refuse_value(method, key, requirement, value);
+  return v;
+}
+
+// One of the listed words.
+template <class T, std::size_t K>
+T parse_choice(std::string_view method, std::string_view key, std::string_view value,
+               const std::pair<std::string_view, T> (&choices)[K]) {
+  std::string names;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) return choice;
+    names += (names.empty() ? "" : " or ") + std::string(name);
+  }
+  refuse_value(method, key, names, value);
+}
+
+template <class T>
+void set_once(std::string_view method, std::string_view key, std::optional<T>& slot, T value) {
+  // The last of two settings would win silently.
+  if (slot) {
+    throw std::invalid_argument("method '" + std::string(method) + "': option '" +
+                                std::string(key) + "' is given twice");
+  }
+  slot = value;
+}
+
+constexpr std::pair<std::string_view, optex::Strategy> kStrategies[] = {
+    {"fixed", optex::Strategy::fixed}, {"adaptive", optex::Strategy::adaptive}};
+constexpr std::pair<std::string_view, optex::ContinueFrom> kContinueFrom[] = {
+    {"last", optex::ContinueFrom::last}, {"best", optex::ContinueFrom::best_loss}};
+
 // Applies one "key=value" of a bracket suffix.
 void parse_override(std::string_view method, std::string_view item, OptionOverrides& out) {
   const auto eq = item.find('=');
@@ -64,44 +128,45 @@ void parse_override(std::string_view method, std::string_view item, OptionOverri
   }
   const std::string_view key = item.substr(0, eq);
   const std::string_view value = item.substr(eq + 1);
-  // The last of two settings would win silently.
-  if ((key == "history" && out.history) || (key == "lengthscale" && out.selection) ||
-      (key == "kernel" && out.kernel)) {
-    throw std::invalid_argument("method '" + std::string(method) + "': option '" +
-                                std::string(key) + "' is given twice");
-  }
   if (key == "history") {
-    const double h = parse_number(method, key, value);
-    if (h != std::floor(h) || h < 1 || h > optex::kMaxHistory) {
-      throw std::invalid_argument("method '" + std::string(method) +
-                                  "': history must be an integer in [1, 4096], got '" +
-                                  std::string(value) + "'");
-    }
-    out.history = static_cast<int>(h);
+    set_once(method, key, out.history, parse_count(method, key, value, optex::kMaxHistory));
   } else if (key == "lengthscale") {
     if (value == "loo") {
-      out.selection = optex::LengthscaleSelection::leave_one_out;
+      set_once(method, key, out.selection, optex::LengthscaleSelection::leave_one_out);
     } else if (value == "ml") {
-      out.selection = optex::LengthscaleSelection::marginal_likelihood;
+      set_once(method, key, out.selection, optex::LengthscaleSelection::marginal_likelihood);
     } else {
       const double l = parse_number(method, key, value);
-      if (!(l > 0.0)) {
-        throw std::invalid_argument("method '" + std::string(method) +
-                                    "': lengthscale must be > 0, loo or ml, got '" +
-                                    std::string(value) + "'");
-      }
+      if (!(l > 0.0)) refuse_value(method, key, "> 0, loo or ml", value);
+      set_once(method, key, out.selection, optex::LengthscaleSelection::fixed);
       out.fixed_lengthscale = l;
-      out.selection = optex::LengthscaleSelection::fixed;
     }
   } else if (key == "kernel") {
+    optex::Covariance kernel{};
     try {
-      out.kernel = optex::covariance_from_name(value);
+      kernel = optex::covariance_from_name(value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("method '" + std::string(method) + "': " + e.what());
     }
+    set_once(method, key, out.kernel, kernel);
+  } else if (key == "evaluations") {
+    set_once(method, key, out.evaluations_per_point,
+             parse_count(method, key, value, optex::kMaxParallelism));
+  } else if (key == "strategy") {
+    set_once(method, key, out.strategy, parse_choice(method, key, value, kStrategies));
+  } else if (key == "continue") {
+    set_once(method, key, out.continue_from, parse_choice(method, key, value, kContinueFrom));
+  } else if (key == "variance") {
+    set_once(method, key, out.max_posterior_variance, parse_threshold(method, key, value, 0.0));
+  } else if (key == "trust") {
+    set_once(method, key, out.trust_region, parse_threshold(method, key, value, 0.0));
+  } else if (key == "lengthscale_change") {
+    set_once(method, key, out.max_lengthscale_change, parse_threshold(method, key, value, 1.0));
   } else {
     throw std::invalid_argument("method '" + std::string(method) + "': unknown option '" +
-                                std::string(key) + "' (known: history, lengthscale, kernel)");
+                                std::string(key) +
+                                "' (known: history, lengthscale, kernel, evaluations, strategy, "
+                                "continue, variance, trust, lengthscale_change)");
   }
 }
 
@@ -110,6 +175,12 @@ void apply(const OptionOverrides& o, optex::Options& options) {
   if (o.fixed_lengthscale) options.lengthscale = *o.fixed_lengthscale;
   if (o.selection) options.lengthscale_selection = *o.selection;
   if (o.kernel) options.kernel = *o.kernel;
+  if (o.evaluations_per_point) options.evaluations_per_point = *o.evaluations_per_point;
+  if (o.strategy) options.strategy = *o.strategy;
+  if (o.continue_from) options.continue_from = *o.continue_from;
+  if (o.max_posterior_variance) options.max_posterior_variance = *o.max_posterior_variance;
+  if (o.trust_region) options.trust_region = *o.trust_region;
+  if (o.max_lengthscale_change) options.max_lengthscale_change = *o.max_lengthscale_change;
 }
 
 // Scales g down to Euclidean norm `max_norm` when it is longer; 0 = no clip.
@@ -191,15 +262,22 @@ void mean_of_rows(std::span<const float> rows, std::span<float> out) {
   for (std::size_t j = 0; j < d; ++j) out[j] = static_cast<float>(sum[j] / static_cast<double>(n));
 }
 
+// Minibatches 0 .. count-1 of `count` at one point: independently-noised gradient
+// sources (minibatch 0 of 1 is the run's own noise, the one vanilla sees).
+std::vector<GradientSource> minibatch_sources(const RunInputs& in, int count) {
+  std::vector<GradientSource> sources;
+  for (int k = 0; k < count; ++k) {
+    sources.push_back(
+        in.task->gradient_source(optex::minibatch_seed(noise_seed(in.seed), k, count)));
+  }
+  return sources;
+}
+
 // N x minibatch: N independently-noised gradients at the iterate, averaged.
 void run_data_parallel(const RunInputs& in, std::vector<float> x, Recorder& recorder) {
   const int n = in.parallelism;
   const std::size_t d = x.size();
-  std::vector<GradientSource> minibatches;
-  for (int k = 0; k < n; ++k) {
-    minibatches.push_back(
-        in.task->gradient_source(optex::minibatch_seed(noise_seed(in.seed), k, n)));
-  }
+  const std::vector<GradientSource> minibatches = minibatch_sources(in, n);
   optex::OptimizerState state = optex::init_state(in.optimizer, d);
   std::vector<float> rows(static_cast<std::size_t>(n) * d);
   std::vector<float> g(d);
@@ -313,16 +391,38 @@ void run_target(const RunInputs& in, std::vector<float> x, Recorder& recorder) {
 // OptEx through the ask/tell engine. With `last_point_only`, points 0..N-2 get a
 // non-finite gradient and loss, which the engine drops: it neither stores them in
 // the history nor steps from them, so one evaluation per round drives the run.
+//
+// The gradient noise is drawn per evaluation: the k-th of L consecutive rows at the
+// same point (one point's L evaluations, or proxy points that coincide, as in a
+// warm-up round) draws minibatch k of L, with the seeds data_parallel's workers use,
+// so D evaluations of a point are D independent minibatches; a row at a point of
+// its own draws the run's own noise.
 void run_optex(const RunInputs& in, optex::Options options, bool last_point_only,
                std::vector<float> x, Recorder& recorder) {
-  const GradientSource gradient = in.task->gradient_source(noise_seed(in.seed));
+  const GradientSource lone = minibatch_sources(in, 1).front();
+  const std::vector<GradientSource> shared = minibatch_sources(in, std::max(in.parallelism, 2));
   options.parallelism = in.parallelism;
   options.seed = in.seed;
   optex::Engine engine(x, in.optimizer, options);
   std::int64_t evaluations = 0;
+  std::vector<int> position, run_length;  // per row: k and L above
   for (int r = 1; r <= in.rounds; ++r) {
     optex::Batch& batch = engine.ask();
     const int n = batch.size();
+    position.assign(static_cast<std::size_t>(n), 0);
+    run_length.assign(static_cast<std::size_t>(n), 1);
+    for (int i = 1; i < n; ++i) {
+      const std::span<const float> a = batch.point(i - 1);
+      const std::span<const float> b = batch.point(i);
+      if (std::memcmp(a.data(), b.data(), b.size_bytes()) == 0) {
+        position[static_cast<std::size_t>(i)] = position[static_cast<std::size_t>(i - 1)] + 1;
+      }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      const auto k = static_cast<std::size_t>(i);
+      run_length[k] =
+          k + 1 < position.size() && position[k + 1] > 0 ? run_length[k + 1] : position[k] + 1;
+    }
     for (int i = 0; i < n; ++i) {
       if (last_point_only && i < n - 1) {
         std::span<float> g = batch.grad(i);
@@ -330,6 +430,9 @@ void run_optex(const RunInputs& in, optex::Options options, bool last_point_only
         batch.loss(i) = kNaN;
         continue;
       }
+      const auto k = static_cast<std::size_t>(i);
+      const GradientSource& gradient =
+          run_length[k] == 1 ? lone : shared[static_cast<std::size_t>(position[k])];
       batch.loss(i) = gradient(batch.point(i), batch.grad(i));
       clip_gradient_norm(batch.grad(i), in.clip);
       ++evaluations;
@@ -340,13 +443,14 @@ void run_optex(const RunInputs& in, optex::Options options, bool last_point_only
 }
 
 optex::Options engine_options(const MethodSpec& method, int parallelism) {
-  optex::Options options = method.kind == MethodKind::optex_reference
-                               ? optex::Options::reference(parallelism)
-                               : optex::Options{};
+  optex::Options options;
+  if (method.kind == MethodKind::optex_reference) options = optex::Options::reference(parallelism);
+  if (method.kind == MethodKind::optex_adaptive) options = optex::Options::adaptive(parallelism);
   if (method.kind == MethodKind::ablation_last_gradient) {
     options.proxy = optex::Proxy::last_gradient;
   }
   apply(method.overrides, options);
+  options.parallelism = parallelism;
   return options;
 }
 
@@ -389,6 +493,16 @@ MethodSpec parse_method(std::string_view name) {
   return spec;
 }
 
+void check_method_for_parallelism(const MethodSpec& method, int parallelism) {
+  if (!uses_engine_options(method.kind)) return;
+  try {
+    engine_options(method, parallelism).validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("method '" + method.name +
+                                "' at N = " + std::to_string(parallelism) + ": " + e.what());
+  }
+}
+
 bool is_same_budget_baseline(MethodKind kind) {
   return kind == MethodKind::vanilla_nlr || kind == MethodKind::data_parallel ||
          kind == MethodKind::line_search;
@@ -411,6 +525,7 @@ std::string evaluations_per_round(MethodKind kind) {
     case MethodKind::data_parallel:
     case MethodKind::optex_reference:
     case MethodKind::optex_default:
+    case MethodKind::optex_adaptive:
     case MethodKind::ablation_last_gradient:
       return "N";
   }
@@ -438,6 +553,7 @@ Trajectory run_method(const MethodSpec& method, const RunInputs& in) {
         break;
       case MethodKind::optex_reference:
       case MethodKind::optex_default:
+      case MethodKind::optex_adaptive:
       case MethodKind::ablation_last_gradient:
       case MethodKind::ablation_last_point:
         run_optex(in, engine_options(method, in.parallelism),

@@ -17,14 +17,29 @@
 //                               sequential, so not achievable with N workers: the bound
 //   optex_reference         N   Options::reference(N)
 //   optex_default           N   Options{} with parallelism N
+//   optex_adaptive          N   Options::adaptive(N): the adaptive split of the N
+//                               evaluations into points, commits from the round's
+//                               best loss, the lengthscale guard
 //   ablation_last_gradient  N   Options{}, proxy steps use the newest true gradient
 //   ablation_last_point     1   Options{}, only the last of the N points is evaluated
 //                               (the others get a non-finite gradient, which the engine
 //                               keeps out of the history)
 // The engine-based methods (optex_*, ablation_*) take option overrides in brackets,
-// e.g. "optex_default[history=8]", "optex_default[lengthscale=0.3]" (fixed),
-// "optex_default[lengthscale=loo]" / "[lengthscale=ml]" (selection),
-// "optex_default[kernel=rbf]"; several are separated by ';'.
+// several separated by ';', each key at most once:
+//   history=T0               Options::history, an integer in [1, 4096]
+//   lengthscale=L|loo|ml     a fixed lengthscale L > 0, or leave-one-out / marginal
+//                            likelihood selection
+//   kernel=NAME              matern12, matern32, matern52 or rbf
+//   evaluations=D            Options::evaluations_per_point, an integer >= 1 that
+//                            divides every N of the run (N / D points, D evaluations each)
+//   strategy=fixed|adaptive  Options::strategy
+//   continue=last|best       Options::continue_from (best: ContinueFrom::best_loss)
+//   variance=V|off           Options::max_posterior_variance, V > 0
+//   trust=T|off              Options::trust_region, T > 0
+//   lengthscale_change=F|off Options::max_lengthscale_change, F >= 1
+// ("off" is +infinity, the safeguard off), e.g. "optex_default[history=8;kernel=rbf]",
+// "optex_adaptive[strategy=fixed]", "optex_default[continue=best;trust=2]".
+// The budget stays N evaluations per round whatever the overrides.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +62,7 @@ enum class MethodKind {
   target,
   optex_reference,
   optex_default,
+  optex_adaptive,
   ablation_last_gradient,
   ablation_last_point,
 };
@@ -57,8 +73,12 @@ struct OptionOverrides {
   std::optional<double> fixed_lengthscale;
   std::optional<optex::LengthscaleSelection> selection;
   std::optional<optex::Covariance> kernel;
-
-  bool empty() const { return !history && !fixed_lengthscale && !selection && !kernel; }
+  std::optional<int> evaluations_per_point;
+  std::optional<optex::Strategy> strategy;
+  std::optional<optex::ContinueFrom> continue_from;
+  std::optional<double> max_posterior_variance;  // +infinity: off
+  std::optional<double> trust_region;            // +infinity: off
+  std::optional<double> max_lengthscale_change;  // +infinity: off
 };
 
 struct MethodSpec {
@@ -72,6 +92,10 @@ const std::vector<std::string>& standard_method_names();
 
 // Throws std::invalid_argument for an unknown method or a bad override.
 MethodSpec parse_method(std::string_view name);
+
+// Throws std::invalid_argument, naming the method, where its options do not suit
+// parallelism N (evaluations=D where D does not divide N); other methods always suit.
+void check_method_for_parallelism(const MethodSpec& method, int parallelism);
 
 // The same-budget baselines "speedup_vs_best_baseline" compares against.
 bool is_same_budget_baseline(MethodKind kind);

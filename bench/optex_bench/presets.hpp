@@ -10,7 +10,8 @@
 
 namespace optex_bench {
 
-// "default", "paper", "scaling", "ablation", "suite", "ci".
+// "default", "paper", "scaling", "ablation", "suite", "illcond", "noisy_quadratic",
+// "lr_transfer", "ci".
 const std::vector<std::string>& preset_names();
 
 // One line per preset, for --help.

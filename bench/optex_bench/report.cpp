@@ -93,7 +93,17 @@ std::string md_quartiles(const Quartiles& q) {
 }
 
 std::string lr_selection(const Settings& s) {
-  if (s.lr_grid.size() <= 1 || s.tuning_seeds == 0) {
+  const bool tuned = s.lr_grid.size() > 1 && s.tuning_seeds > 0;
+  if (s.lr_from_vanilla) {
+    return std::string("learning-rate transfer: ") +
+           (tuned ? "vanilla alone is tuned: lr times each lr_grid entry on the tuning "
+                    "seeds (never reported), keeping the lowest median final loss (with a "
+                    "given target loss: the fewest median rounds to it, then that); "
+                  : "vanilla runs at lr, untuned; ") +
+           "every other method runs at vanilla's learning rate (N x it for vanilla_nlr) with "
+           "no tuning of its own";
+  }
+  if (!tuned) {
     return "none: every method runs at its centre learning rate (lr; N x lr for vanilla_nlr)";
   }
   return "each method's centre learning rate (lr; N x lr for vanilla_nlr) times each lr_grid "
@@ -158,10 +168,19 @@ void write_json(std::ostream& out, const RunMetadata& meta, const Settings& s,
       << "    \"lr\": " << json_number(s.lr) << ",\n"
       << "    \"lr_grid\": " << (s.lr_grid.empty() ? "null" : json_list(s.lr_grid, number)) << ",\n"
       << "    \"lr_selection\": " << json_string(lr_selection(s)) << ",\n"
+      << "    \"lr_from_vanilla\": " << (s.lr_from_vanilla ? "true" : "false") << ",\n"
       << "    \"seeds\": " << json_list(seeds, integer) << ",\n"
       << "    \"tuning_seeds\": " << json_list(tuning, integer) << ",\n"
       << "    \"start\": \"U(-1, 1)^d drawn from the seed\",\n"
       << "    \"noise\": " << json_number(s.noise) << ",\n"
+      << "    \"problem_noise\": {";
+  bool first_noisy = true;
+  for (const TaskOutcome& t : tasks) {
+    if (t.own_noise.empty()) continue;
+    out << (first_noisy ? "" : ", ") << json_string(t.task) << ": " << json_string(t.own_noise);
+    first_noisy = false;
+  }
+  out << "},\n"
       << "    \"rotated\": " << (s.rotated ? "true" : "false") << ",\n"
       << "    \"clip\": {";
   for (std::size_t k = 0; k < tasks.size(); ++k) {

@@ -21,10 +21,14 @@ struct Settings {
   // Multiples of each method's centre learning rate tried on the tuning seeds;
   // empty: no tuning, every method runs at its centre learning rate.
   std::vector<double> lr_grid = {0.1, 0.3, 1.0, 3.0, 10.0};
+  // Learning-rate transfer: only vanilla is tuned over the grid; every other method
+  // runs at vanilla's tuned learning rate (its centre rule applied to it: N x for
+  // vanilla_nlr), untuned. Does a method work at the rate the sequential run chose?
+  bool lr_from_vanilla = false;
   int seeds = 5;         // reported seeds 0 .. seeds-1
   int tuning_seeds = 3;  // tuning seeds 1000 .. 1000+tuning_seeds-1, never reported
   double noise = 0.0;    // std of the Gaussian noise on every gradient coordinate
-  bool rotated = false;  // rotate every problem that is not already rotated_*
+  bool rotated = false;  // rotate every problem that is not rotated already (rotated_name)
   double clip = 0.0;     // gradient-norm clip for every problem; 0 = off
   // Per shipped problem (base name), where `clip` is not set explicitly.
   std::map<std::string, double> clip_by_problem;

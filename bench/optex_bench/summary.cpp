@@ -22,8 +22,7 @@ double speedup(double numerator_rounds, double method_rounds) {
   return numerator_rounds / method_rounds;
 }
 
-SummaryRow summarize_method(const Settings& settings, const TaskOutcome& task,
-                            const MethodOutcome& m) {
+SummaryRow summarize_method(const TaskOutcome& task, const MethodOutcome& m) {
   SummaryRow row;
   row.task = task.task;
   row.parallelism = m.parallelism;
@@ -45,7 +44,7 @@ SummaryRow summarize_method(const Settings& settings, const TaskOutcome& task,
   row.seconds = quartiles(seconds);
   row.final = quartiles(finals);
   row.sqrt_parallelism = std::sqrt(static_cast<double>(m.parallelism));
-  if (m.method.kind == MethodKind::data_parallel && settings.noise == 0.0) {
+  if (m.method.kind == MethodKind::data_parallel && !task.stochastic) {
     row.note = join_note(row.note,
                          "noise 0: the N gradients at the iterate are identical, so N x minibatch "
                          "is vanilla at this lr (its N evaluations per round buy nothing)");
@@ -77,7 +76,7 @@ std::vector<SummaryRow> summarize(const Settings& settings, const std::vector<Ta
       std::string best_baseline;
       for (const MethodOutcome& m : task.methods) {
         if (m.parallelism != n) continue;
-        rows.push_back(summarize_method(settings, task, m));
+        rows.push_back(summarize_method(task, m));
         const double median = rows.back().rounds.median;
         if (m.method.kind == MethodKind::vanilla) vanilla_rounds = median;
         if (is_same_budget_baseline(m.method.kind) && median < best_baseline_rounds) {

@@ -49,7 +49,7 @@ from plots import (
 # an upper bound, not a baseline to beat.
 BASELINES = ("vanilla_nlr", "data_parallel", "line_search")
 SEQUENTIAL = "vanilla"
-OPTEX_METHODS = ("optex_default", "optex_reference")
+OPTEX_METHODS = ("optex_default", "optex_reference", "optex_adaptive")
 UPPER_BOUND = "target"
 
 WIN, TIE, LOSS = "win", "no clear difference", "loss"
@@ -329,7 +329,8 @@ class Findings:
 
 
 def optex_comparisons(data: dict) -> list[Comparison]:
-    """optex_default and optex_reference against the best same-budget baseline, per setting.
+    """optex_default, optex_reference and optex_adaptive against the best same-budget baseline,
+    per setting.
 
     A setting without any same-budget baseline (the ablation preset) compares
     with vanilla instead, and the sentence says so.
@@ -493,6 +494,11 @@ def file_section(results: Results, figures: Path, report: Path, found: Findings)
              f"- Config: `{json.dumps(data['config'], sort_keys=True)}`"]
     if data["config"].get("note"):
         lines.append(f"- Note: {data['config']['note']}")
+    if data["config"].get("lr_from_vanilla"):
+        # Every other comparison in the file reads differently: no method was tuned for itself.
+        lines.append("- Learning rates: transferred from vanilla. Only vanilla was tuned; every "
+                     "other method ran at vanilla's learning rate (N x it for vanilla_nlr), "
+                     "untuned.")
     lines.append("")
     for task, p in settings(data):
         lines += [f"### {task}, N = {p}", ""] + table(data, task, p) + [""]

@@ -494,3 +494,47 @@ def test_method_colours_are_fixed(bench):
     variant = other["optex_default[history=8]"]
     assert variant["linestyle"] != "-"
     assert variant["color"] not in plots.METHOD_COLOURS.values()
+
+
+def test_optex_adaptive_is_compared_with_the_best_baseline(bench):
+    _, report = bench
+    summary = loss_summary() + [
+        entry("sphere", 4, "optex_adaptive", (12, 11, 13), (0.002, 0.001, 0.003)),
+        entry("rosenbrock", 4, "optex_adaptive", (30, 29, 31), (0.008, 0.007, 0.009))]
+    doc = document("optex-bench", "ci", "loss", summary, [])
+    verdicts = {(c.task, c.method): (c.verdict, c.reference)
+                for c in report.optex_comparisons(doc)}
+    assert verdicts[("sphere", "optex_adaptive")] == (report.WIN, "line_search")
+    assert verdicts[("rosenbrock", "optex_adaptive")] == (report.LOSS, "line_search")
+    # It is a configuration of its own, not a variant of optex_default.
+    assert all(c.method != "optex_adaptive" for c in report.ablation_comparisons(doc))
+    tally = report.tally(report.optex_comparisons(doc))
+    assert any(line.startswith("- `optex_adaptive` against the best same-budget baseline")
+               and "clear wins 1" in line and "clear losses 1" in line for line in tally)
+
+
+def test_optex_adaptive_has_its_own_colour_and_place(bench):
+    plots, _ = bench
+    styles = plots.method_styles(["optex_adaptive", "optex_default", "vanilla"])
+    assert styles["optex_adaptive"]["color"] == plots.METHOD_COLOURS["optex_adaptive"]
+    assert styles["optex_adaptive"]["color"] != plots.UNKNOWN_COLOUR
+    assert len(set(plots.METHOD_COLOURS.values())) == len(plots.METHOD_COLOURS)
+    order = sorted(["ablation_last_point", "optex_adaptive", "optex_default[history=8]",
+                    "optex_default", "vanilla"], key=plots.method_sort_key)
+    assert order == ["vanilla", "optex_default", "optex_default[history=8]", "optex_adaptive",
+                     "ablation_last_point"]
+
+
+def test_learning_rate_transfer_is_stated_under_the_config(bench, tmp_path):
+    _, report = bench
+    transferred = document("optex-bench", "lr_transfer", "loss", loss_summary(), [])
+    transferred["config"]["lr_from_vanilla"] = True
+    tuned = document("optex-bench", "ci", "loss", loss_summary(), [])
+    tuned["config"]["lr_from_vanilla"] = False
+    sentence = "- Learning rates: transferred from vanilla. Only vanilla was tuned"
+    for doc, expected in ((transferred, True), (tuned, False)):
+        path = write(tmp_path / f"{doc['preset']}.json", doc)
+        results = report.Results(path, doc)
+        lines = report.file_section(results, tmp_path, tmp_path / "RESULTS.md",
+                                    report.findings(doc))
+        assert any(line.startswith(sentence) for line in lines) == expected
