@@ -65,9 +65,15 @@ class OptEx(torch.optim.Optimizer):
     **OptEx options.** ``parallelism`` (N), ``history``, ``kernel``,
     ``lengthscale``, ``noise``, ``input_scaling``, ``warmup``,
     ``lengthscale_selection``, ``selection_interval``, ``lengthscale_grid``,
-    ``proxy``, ``seed``, ``device`` and ``history_precision`` set the fields of
-    ``optex.Options`` (defaults: the C++ ones); ``options`` passes a whole
-    ``optex.Options`` that the keywords then override. ``device=None`` (the
+    ``proxy``, ``seed``, ``evaluations_per_point``, ``strategy``,
+    ``continue_from``, ``max_posterior_variance``, ``trust_region``,
+    ``max_lengthscale_change``, ``device`` and ``history_precision`` set the
+    fields of ``optex.Options`` (defaults: the C++ ones); ``options`` passes a
+    whole ``optex.Options`` (``optex.Options.adaptive(N)`` for the robust
+    configuration) that the keywords then override, all validated together.
+    With ``evaluations_per_point`` D > 1 the N evaluations of a round are N / D
+    points, each evaluated D times with D seeds (``current_seed``).
+    ``device=None`` (the
     default) runs the engine where the parameters live: "cuda:k" for
     parameters on GPU k when ``optex.built_with_cuda()``, "cpu" otherwise.
 
@@ -182,6 +188,12 @@ class OptEx(torch.optim.Optimizer):
         lengthscale_grid: Iterable[float] | None = None,
         proxy: str | None = None,
         seed: int | None = None,
+        evaluations_per_point: int | None = None,
+        strategy: str | None = None,
+        continue_from: str | None = None,
+        max_posterior_variance: float | None = None,
+        trust_region: float | None = None,
+        max_lengthscale_change: float | None = None,
         device: str | torch.device | None = None,
         history_precision: str | None = None,
         drop_nonfinite: bool = False,
@@ -212,6 +224,12 @@ class OptEx(torch.optim.Optimizer):
             "lengthscale_grid": lengthscale_grid,
             "proxy": proxy,
             "seed": seed,
+            "evaluations_per_point": evaluations_per_point,
+            "strategy": strategy,
+            "continue_from": continue_from,
+            "max_posterior_variance": max_posterior_variance,
+            "trust_region": trust_region,
+            "max_lengthscale_change": max_lengthscale_change,
             "history_precision": history_precision,
         })
         if device is not None and not isinstance(device, (str, torch.device)):
