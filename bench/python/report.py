@@ -5,7 +5,7 @@
 For every results file (schema "optex-bench/1"): where and how it was made, a
 table per (task, parallelism) with each method's numbers as the runner
 summarised them, links to the figures, and sentences computed from those
-numbers: where OptEx (optex_default, optex_reference) beats the best
+numbers: where OptEx (optex_default, optex_adaptive, optex_reference) beats the best
 same-budget baseline, where there is no clear difference, where it loses.
 
 A "clear" win or loss needs the interquartile ranges over seeds to be
@@ -49,7 +49,7 @@ from plots import (
 # an upper bound, not a baseline to beat.
 BASELINES = ("vanilla_nlr", "data_parallel", "line_search")
 SEQUENTIAL = "vanilla"
-OPTEX_METHODS = ("optex_default", "optex_reference")
+OPTEX_METHODS = ("optex_default", "optex_adaptive", "optex_reference")
 UPPER_BOUND = "target"
 
 WIN, TIE, LOSS = "win", "no clear difference", "loss"
@@ -329,7 +329,7 @@ class Findings:
 
 
 def optex_comparisons(data: dict) -> list[Comparison]:
-    """optex_default and optex_reference against the best same-budget baseline, per setting.
+    """Each OptEx method (OPTEX_METHODS) against the best same-budget baseline, per setting.
 
     A setting without any same-budget baseline (the ablation preset) compares
     with vanilla instead, and the sentence says so.
