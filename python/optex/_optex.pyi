@@ -40,6 +40,7 @@ _LengthscaleSelectionName = Literal["fixed", "leave_one_out", "marginal_likeliho
 _PrecisionName = Literal["fp32", "bf16", "bf16_gradients"]
 _StrategyName = Literal["fixed", "adaptive"]
 _ContinueFromName = Literal["last", "best_loss"]
+_ChainStop = Literal["", "posterior_variance", "trust_region"]
 # "cpu", "cuda" or "cuda:<index>"
 _DeviceName = str
 _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
@@ -239,6 +240,17 @@ class IterationInfo:
     def committed_point(self) -> int: ...
     @property
     def dropped(self) -> int: ...
+    # Per distinct point of the round, in batch order (nan where not defined).
+    @property
+    def point_evaluations(self) -> list[int]: ...
+    @property
+    def posterior_variance(self) -> list[float]: ...
+    @property
+    def prediction_error(self) -> list[float]: ...
+    @property
+    def gradient_noise(self) -> float: ...
+    @property
+    def chain_stop(self) -> _ChainStop: ...
 
 @final
 class DeviceArray:

@@ -35,6 +35,11 @@ struct Info {
   double lengthscale;
   int committed_point;
   int dropped;
+  std::vector<int> point_evaluations;
+  std::vector<double> posterior_variance;
+  std::vector<double> prediction_error;
+  double gradient_noise;
+  std::string chain_stop;
 
   explicit Info(const IterationInfo& i)
       : iteration(i.iteration),
@@ -45,7 +50,12 @@ struct Info {
         cosine(i.cosine),
         lengthscale(i.lengthscale),
         committed_point(i.committed_point),
-        dropped(i.dropped) {}
+        dropped(i.dropped),
+        point_evaluations(i.point_evaluations),
+        posterior_variance(i.posterior_variance),
+        prediction_error(i.prediction_error),
+        gradient_noise(i.gradient_noise),
+        chain_stop(i.chain_stop) {}
 };
 
 // The Python object's C++ side. The engine is never replaced for the object's
@@ -324,16 +334,38 @@ void register_info(py::module_& m) {
   cls.def_readonly("lengthscale", &Info::lengthscale,
                    "The lengthscale this iteration's proxy steps used.");
   cls.def_readonly("committed_point", &Info::committed_point,
-                   "Index of the point the commit stepped from (N-1 unless points were dropped).");
+                   "Index, among the round's distinct points, of the point the commit stepped "
+                   "from (the last one unless points were dropped or continue_from is "
+                   "'best_loss'); its first batch row is sum(point_evaluations[:committed_point]).");
   cls.def_readonly("dropped", &Info::dropped,
-                   "Pairs with a non-finite gradient or loss, kept out of the history.");
+                   "Evaluations with a non-finite gradient or loss, kept out of the history.");
+  cls.def_readonly("point_evaluations", &Info::point_evaluations,
+                   "Per distinct point of the round, in batch order: how many of the N "
+                   "evaluations (batch rows) it had; they add up to N. A new list per access.");
+  cls.def_readonly("posterior_variance", &Info::posterior_variance,
+                   "Per distinct point: the GP posterior variance there, in units of the prior "
+                   "variance, where a GP prediction was made (the proxy step from the point, or "
+                   "the prediction a safeguard refused); nan elsewhere.");
+  cls.def_readonly("prediction_error", &Info::prediction_error,
+                   "Per distinct point: ||g - mu|| / ||g|| between its measured gradient (the "
+                   "mean of its admissible evaluations) and the prediction its proxy step used; "
+                   "nan where nothing was predicted or the point was dropped.");
+  cls.def_readonly("gradient_noise", &Info::gradient_noise,
+                   "Gradient noise against signal per evaluation: the mean over points with two "
+                   "or more admissible evaluations of tr(Cov) / ||mean||^2; nan when no point "
+                   "had two.");
+  cls.def_readonly("chain_stop", &Info::chain_stop,
+                   "Why the proxy chain ended before its planned length: '' (it did not), "
+                   "'posterior_variance' or 'trust_region'.");
   cls.def("__repr__", [](const Info& i) {
     return py::str(
                "IterationInfo(iteration={!r}, evaluations={!r}, loss={!r}, best_loss={!r}, "
                "grad_norm={!r}, cosine={!r}, lengthscale={!r}, committed_point={!r}, "
-               "dropped={!r})")
+               "dropped={!r}, point_evaluations={!r}, posterior_variance={!r}, "
+               "prediction_error={!r}, gradient_noise={!r}, chain_stop={!r})")
         .format(i.iteration, i.evaluations, i.loss, i.best_loss, i.grad_norm, i.cosine,
-                i.lengthscale, i.committed_point, i.dropped);
+                i.lengthscale, i.committed_point, i.dropped, i.point_evaluations,
+                i.posterior_variance, i.prediction_error, i.gradient_noise, i.chain_stop);
   });
 }
 
