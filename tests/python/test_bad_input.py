@@ -178,6 +178,22 @@ def test_options_of_the_wrong_type() -> None:
         optex.OptEx(np.zeros(3), optimizer="adam")
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(evaluations_per_point=2), "evaluations_per_point > 1: not available on CUDA devices"),
+        (dict(strategy="adaptive"), "strategy adaptive: not available on CUDA devices"),
+        (dict(max_posterior_variance=0.5), "max_posterior_variance: not available on CUDA devices"),
+        (dict(trust_region=2.0), "trust_region: not available on CUDA devices"),
+    ],
+)
+def test_what_the_cuda_engine_lacks_is_refused_naming_it(kwargs, message) -> None:
+    # Refused on every machine, with or without a GPU: the options are checked first.
+    with pytest.raises(ValueError, match=message):
+        optex.OptEx(np.zeros(3), device="cuda", **kwargs)
+    assert optex.Options(device="cuda", **kwargs).device == "cuda:0"  # valid options
+
+
 def test_cuda_device_on_a_build_or_machine_without_one() -> None:
     if optex.cuda_device_count() > 0:
         pytest.skip("this machine has a CUDA device")
