@@ -351,9 +351,10 @@ void register_info(py::module_& m) {
                    "mean of its admissible evaluations) and the prediction its proxy step used; "
                    "nan where nothing was predicted or the point was dropped.");
   cls.def_readonly("gradient_noise", &Info::gradient_noise,
-                   "Gradient noise against signal per evaluation: the mean over points with two "
-                   "or more admissible evaluations of tr(Cov) / ||mean||^2; nan when no point "
-                   "had two.");
+                   "Gradient noise against signal per evaluation (rho): the mean over points "
+                   "with m >= 2 admissible evaluations of tr(C) / (||mean||^2 - tr(C) / m), C "
+                   "the sample covariance of one evaluation; 1e30 where the denominator is not "
+                   "positive (noise only); nan when no point had two.");
   cls.def_readonly("chain_stop", &Info::chain_stop,
                    "Why the proxy chain ended before its planned length: '' (it did not), "
                    "'posterior_variance' or 'trust_region'.");
@@ -449,7 +450,11 @@ while the engine works.
 
   cls.def("ask", &ask, R"doc(ask(self) -> numpy.ndarray
 
-The N points of this iteration: an (N, d) float32 array.
+The N points of this iteration: an (N, d) float32 array, one row per
+evaluation. With several evaluations per point (Options.evaluations_per_point,
+the adaptive strategy, a safeguard that cut the proxy chain), the rows of a
+point are consecutive and identical, each with its own seed; tell() averages
+them, and IterationInfo.point_evaluations says how many rows each point had.
 
 The array is a read-only VIEW of the engine's batch, not a copy: calling ask()
 again before tell() returns the same points, and after tell() the next ask()
@@ -659,9 +664,10 @@ RuntimeError without a pending ask().
       },
       py::arg("i"), R"doc(predicted_gradient(self, i: int) -> numpy.ndarray
 
-The gradient the proxy step from point i used (0 <= i < N-1), a float32 (d,)
-copy; zeros where nothing was predicted (warm-up). IndexError outside that
-range, RuntimeError without a pending ask().
+The gradient the proxy step from row i's point used (0 <= i < N-1), a float32
+(d,) copy: the rows of one point share it; zeros where nothing was predicted
+(warm-up, the last point's rows). IndexError outside that range, RuntimeError
+without a pending ask().
 )doc");
   cls.def("__repr__", [](const PyOptEx& self) {
     const Engine& e = self.idle_engine("repr");
