@@ -333,10 +333,11 @@ void register_info(py::module_& m) {
                    "had a real prediction; nan when none had (N = 1, warm-up).");
   cls.def_readonly("lengthscale", &Info::lengthscale,
                    "The lengthscale this iteration's proxy steps used.");
-  cls.def_readonly("committed_point", &Info::committed_point,
-                   "Index, among the round's distinct points, of the point the commit stepped "
-                   "from (the last one unless points were dropped or continue_from is "
-                   "'best_loss'); its first batch row is sum(point_evaluations[:committed_point]).");
+  cls.def_readonly(
+      "committed_point", &Info::committed_point,
+      "Index, among the round's distinct points, of the point the commit stepped "
+      "from (the last one unless points were dropped or continue_from is "
+      "'best_loss'); its first batch row is sum(point_evaluations[:committed_point]).");
   cls.def_readonly("dropped", &Info::dropped,
                    "Evaluations with a non-finite gradient or loss, kept out of the history.");
   cls.def_readonly("point_evaluations", &Info::point_evaluations,

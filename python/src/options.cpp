@@ -172,11 +172,9 @@ const std::array<Field, 20> kFields{{
      "Drives the per-point seeds handed to stochastic objectives, in [0, 2**64)."},
     {"evaluations_per_point", "int",
      [](const Options& o) -> py::object { return py::int_(o.evaluations_per_point); },
-     [](Options& o, py::handle v) {
-       o.evaluations_per_point = to_int(v, "evaluations_per_point");
-     },
+     [](Options& o, py::handle v) { o.evaluations_per_point = to_int(v, "evaluations_per_point"); },
      "D: how many of a round's N evaluations each point gets, each with its own seed; the round "
-     "evaluates N / D distinct points (rows r and r + 1 belong to point r // D) and a point's "
+     "evaluates N / D distinct points (batch row r belongs to point r // D) and a point's "
      "gradient and loss are the means of its evaluations. 1 is OptEx, N is N x minibatch. Must "
      "divide parallelism."},
     {"strategy", "str", [](const Options& o) -> py::object { return py::str(name_of(o.strategy)); },

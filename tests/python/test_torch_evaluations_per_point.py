@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); not installed here")
+torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); "
+                                             "not installed here")
 
 import optex  # noqa: E402
 from optex.torch import OptEx  # noqa: E402
