@@ -12,6 +12,7 @@ METHODS: tuple[str, ...] = (
     "target",
     "optex_reference",
     "optex_default",
+    "optex_adaptive",
     "ablation_last_gradient",
     "ablation_last_point",
 )

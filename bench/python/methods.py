@@ -26,6 +26,11 @@ evaluations per round:
                             after another): the upper bound OptEx approximates.
 ``optex_reference``         optex.OptEx with ``optex.Options.reference(N)``.
 ``optex_default``           optex.OptEx with the library's default options, parallelism N.
+``optex_adaptive``          optex.OptEx with ``optex.Options.adaptive(N)``: each round splits
+                            its N evaluations into points from the gradient noise it measured
+                            (one evaluation per point when noise-free, all N at one point when
+                            noise dominates), commits from the point with the lowest loss,
+                            and bounds each lengthscale change; N evaluations per round.
 ``ablation_last_gradient``  optex defaults with ``proxy="last_gradient"``.
 ``ablation_last_point``     optex defaults, but only the last of the N points is evaluated
                             (the others are told as NaN with ``drop_nonfinite=True``):
@@ -258,6 +263,8 @@ def optex_options(method: str, parallelism: int, run_seed: int) -> optex.Options
         options = optex.Options(parallelism=parallelism, proxy="last_gradient")
     elif method in ("optex_default", "ablation_last_point"):
         options = optex.Options(parallelism=parallelism)
+    elif method == "optex_adaptive":
+        options = optex.Options.adaptive(parallelism)
     else:
         raise ValueError(f"method: {method!r} is not an OptEx method")
     options.seed = run_seed
@@ -304,7 +311,8 @@ def make_method(name: str, x0: np.ndarray, optimizer: BaseOptimizer, parallelism
         return LineSearch(*args)
     if name == "target":
         return Target(*args)
-    if name in ("optex_reference", "optex_default", "ablation_last_gradient", "ablation_last_point"):
+    if name in ("optex_reference", "optex_default", "optex_adaptive", "ablation_last_gradient",
+                "ablation_last_point"):
         options = optex_options(name, parallelism, run_seed)
         return OptExMethod(*args, options=options, last_point_only=name == "ablation_last_point")
     raise ValueError(f"method: must be one of {METHODS}, got {name!r}")

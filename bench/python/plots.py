@@ -42,12 +42,11 @@ SCHEMA = "optex-bench/1"
 RUNNERS = ("optex-bench", "rl", "supervised")
 GOALS = {"loss": "min", "return": "max"}
 
-# The methods every runner knows, in the order tables and legends list them, with the
-# C++ runner's own optex_adaptive after optex_default.
-METHOD_ORDER = (*METHODS[:METHODS.index("optex_default") + 1], "optex_adaptive",
-                *METHODS[METHODS.index("optex_default") + 1:])
+# The methods every runner knows, in the order tables and legends list them.
+METHOD_ORDER = METHODS
 
-# One colour per method for every figure (matplotlib's tab10 palette).
+# One colour per method for every figure (matplotlib's tab10 palette, and one of
+# tab20's for optex_adaptive).
 METHOD_COLOURS = {
     "vanilla": "#7f7f7f",
     "vanilla_nlr": "#8c564b",
@@ -56,7 +55,7 @@ METHOD_COLOURS = {
     "target": "#2ca02c",
     "optex_reference": "#1f77b4",
     "optex_default": "#d62728",
-    "optex_adaptive": "#ff9896",  # tab20's light red: a configuration of optex_default
+    "optex_adaptive": "#ff9896",  # tab20's light red: optex_default's family
     "ablation_last_gradient": "#9467bd",
     "ablation_last_point": "#17becf",
 }

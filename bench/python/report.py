@@ -5,7 +5,7 @@
 For every results file (schema "optex-bench/1"): where and how it was made, a
 table per (task, parallelism) with each method's numbers as the runner
 summarised them, links to the figures, and sentences computed from those
-numbers: where OptEx (optex_default, optex_reference) beats the best
+numbers: where OptEx (optex_default, optex_adaptive, optex_reference) beats the best
 same-budget baseline, where there is no clear difference, where it loses.
 
 A "clear" win or loss needs the interquartile ranges over seeds to be

@@ -38,6 +38,9 @@ _InputScalingName = Literal["none", "reference_mean_sqrt_norm"]
 _WarmupName = Literal["zero_gradient", "last_gradient"]
 _LengthscaleSelectionName = Literal["fixed", "leave_one_out", "marginal_likelihood"]
 _PrecisionName = Literal["fp32", "bf16", "bf16_gradients"]
+_StrategyName = Literal["fixed", "adaptive"]
+_ContinueFromName = Literal["last", "best_loss"]
+_ChainStop = Literal["", "posterior_variance", "trust_region"]
 # "cpu", "cuda" or "cuda:<index>"
 _DeviceName = str
 _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
@@ -177,6 +180,13 @@ class Options:
     lengthscale_grid: tuple[float, ...]
     proxy: _ProxyName
     seed: int
+    evaluations_per_point: int
+    strategy: _StrategyName
+    continue_from: _ContinueFromName
+    # float("inf") turns each of the three safeguards off (the default).
+    max_posterior_variance: float
+    trust_region: float
+    max_lengthscale_change: float
     device: _DeviceName
     history_precision: _PrecisionName
     def __init__(
@@ -194,11 +204,19 @@ class Options:
         lengthscale_grid: Sequence[float] = (),
         proxy: _ProxyName = "gp",
         seed: int = 0,
+        evaluations_per_point: int = 1,
+        strategy: _StrategyName = "fixed",
+        continue_from: _ContinueFromName = "last",
+        max_posterior_variance: float = ...,  # inf
+        trust_region: float = ...,  # inf
+        max_lengthscale_change: float = ...,  # inf
         device: _DeviceName = "cpu",
         history_precision: _PrecisionName = "fp32",
     ) -> None: ...
     @staticmethod
     def reference(parallelism: int = 5) -> Options: ...
+    @staticmethod
+    def adaptive(parallelism: int = 4) -> Options: ...
     def __eq__(self, other: object) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
@@ -222,6 +240,17 @@ class IterationInfo:
     def committed_point(self) -> int: ...
     @property
     def dropped(self) -> int: ...
+    # Per distinct point of the round, in batch order (nan where not defined).
+    @property
+    def point_evaluations(self) -> list[int]: ...
+    @property
+    def posterior_variance(self) -> list[float]: ...
+    @property
+    def prediction_error(self) -> list[float]: ...
+    @property
+    def gradient_noise(self) -> float: ...
+    @property
+    def chain_stop(self) -> _ChainStop: ...
 
 @final
 class DeviceArray:
@@ -261,6 +290,12 @@ class OptEx:
         lengthscale_grid: Sequence[float] = ...,
         proxy: _ProxyName = ...,
         seed: int = ...,
+        evaluations_per_point: int = ...,
+        strategy: _StrategyName = ...,
+        continue_from: _ContinueFromName = ...,
+        max_posterior_variance: float = ...,
+        trust_region: float = ...,
+        max_lengthscale_change: float = ...,
         device: _DeviceName = ...,
         history_precision: _PrecisionName = ...,
     ) -> None: ...

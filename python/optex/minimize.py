@@ -114,7 +114,13 @@ def minimize(
     comes first. ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``,
     or a list of ``(size, optimizer)`` pairs for hyperparameters per range),
     ``options`` and ``option_kwargs`` configure the engine as in :class:`OptEx`
-    (e.g. ``parallelism=4, history=32, seed=0``).
+    (e.g. ``parallelism=4, history=32, seed=0``; every field of
+    :class:`Options`, ``evaluations_per_point``, ``strategy``,
+    ``continue_from``, ``max_posterior_variance``, ``trust_region`` and
+    ``max_lengthscale_change`` included; ``options=optex.Options.adaptive(4)``
+    for the robust configuration). With ``evaluations_per_point`` D > 1 each
+    round evaluates N / D points D times each; ``pass_seed`` then gives each
+    evaluation of a point its own seed.
 
     ``workers``: "threads" or "processes" (``max_workers`` of them, N by
     default; processes start with ``mp_context``, "spawn" by default: safe with

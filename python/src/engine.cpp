@@ -35,6 +35,11 @@ struct Info {
   double lengthscale;
   int committed_point;
   int dropped;
+  std::vector<int> point_evaluations;
+  std::vector<double> posterior_variance;
+  std::vector<double> prediction_error;
+  double gradient_noise;
+  std::string chain_stop;
 
   explicit Info(const IterationInfo& i)
       : iteration(i.iteration),
@@ -45,7 +50,12 @@ struct Info {
         cosine(i.cosine),
         lengthscale(i.lengthscale),
         committed_point(i.committed_point),
-        dropped(i.dropped) {}
+        dropped(i.dropped),
+        point_evaluations(i.point_evaluations),
+        posterior_variance(i.posterior_variance),
+        prediction_error(i.prediction_error),
+        gradient_noise(i.gradient_noise),
+        chain_stop(i.chain_stop) {}
 };
 
 // The Python object's C++ side. The engine is never replaced for the object's
@@ -323,17 +333,41 @@ void register_info(py::module_& m) {
                    "had a real prediction; nan when none had (N = 1, warm-up).");
   cls.def_readonly("lengthscale", &Info::lengthscale,
                    "The lengthscale this iteration's proxy steps used.");
-  cls.def_readonly("committed_point", &Info::committed_point,
-                   "Index of the point the commit stepped from (N-1 unless points were dropped).");
+  cls.def_readonly(
+      "committed_point", &Info::committed_point,
+      "Index, among the round's distinct points, of the point the commit stepped "
+      "from (the last one unless points were dropped or continue_from is "
+      "'best_loss'); its first batch row is sum(point_evaluations[:committed_point]).");
   cls.def_readonly("dropped", &Info::dropped,
-                   "Pairs with a non-finite gradient or loss, kept out of the history.");
+                   "Evaluations with a non-finite gradient or loss, kept out of the history.");
+  cls.def_readonly("point_evaluations", &Info::point_evaluations,
+                   "Per distinct point of the round, in batch order: how many of the N "
+                   "evaluations (batch rows) it had; they add up to N. A new list per access.");
+  cls.def_readonly("posterior_variance", &Info::posterior_variance,
+                   "Per distinct point: the GP posterior variance there, in units of the prior "
+                   "variance, where a GP prediction was made (the proxy step from the point, or "
+                   "the prediction a safeguard refused); nan elsewhere.");
+  cls.def_readonly("prediction_error", &Info::prediction_error,
+                   "Per distinct point: ||g - mu|| / ||g|| between its measured gradient (the "
+                   "mean of its admissible evaluations) and the prediction its proxy step used; "
+                   "nan where nothing was predicted or the point was dropped.");
+  cls.def_readonly("gradient_noise", &Info::gradient_noise,
+                   "Gradient noise against signal per evaluation (rho): the mean over points "
+                   "with m >= 2 admissible evaluations of tr(C) / (||mean||^2 - tr(C) / m), C "
+                   "the sample covariance of one evaluation; 1e30 where the denominator is not "
+                   "positive (noise only); nan when no point had two.");
+  cls.def_readonly("chain_stop", &Info::chain_stop,
+                   "Why the proxy chain ended before its planned length: '' (it did not), "
+                   "'posterior_variance' or 'trust_region'.");
   cls.def("__repr__", [](const Info& i) {
     return py::str(
                "IterationInfo(iteration={!r}, evaluations={!r}, loss={!r}, best_loss={!r}, "
                "grad_norm={!r}, cosine={!r}, lengthscale={!r}, committed_point={!r}, "
-               "dropped={!r})")
+               "dropped={!r}, point_evaluations={!r}, posterior_variance={!r}, "
+               "prediction_error={!r}, gradient_noise={!r}, chain_stop={!r})")
         .format(i.iteration, i.evaluations, i.loss, i.best_loss, i.grad_norm, i.cosine,
-                i.lengthscale, i.committed_point, i.dropped);
+                i.lengthscale, i.committed_point, i.dropped, i.point_evaluations,
+                i.posterior_variance, i.prediction_error, i.gradient_noise, i.chain_stop);
   });
 }
 
@@ -417,7 +451,11 @@ while the engine works.
 
   cls.def("ask", &ask, R"doc(ask(self) -> numpy.ndarray
 
-The N points of this iteration: an (N, d) float32 array.
+The N points of this iteration: an (N, d) float32 array, one row per
+evaluation. With several evaluations per point (Options.evaluations_per_point,
+the adaptive strategy, a safeguard that cut the proxy chain), the rows of a
+point are consecutive and identical, each with its own seed; tell() averages
+them, and IterationInfo.point_evaluations says how many rows each point had.
 
 The array is a read-only VIEW of the engine's batch, not a copy: calling ask()
 again before tell() returns the same points, and after tell() the next ask()
@@ -627,9 +665,10 @@ RuntimeError without a pending ask().
       },
       py::arg("i"), R"doc(predicted_gradient(self, i: int) -> numpy.ndarray
 
-The gradient the proxy step from point i used (0 <= i < N-1), a float32 (d,)
-copy; zeros where nothing was predicted (warm-up). IndexError outside that
-range, RuntimeError without a pending ask().
+The gradient the proxy step from row i's point used (0 <= i < N-1), a float32
+(d,) copy: the rows of one point share it; zeros where nothing was predicted
+(warm-up, the last point's rows). IndexError outside that range, RuntimeError
+without a pending ask().
 )doc");
   cls.def("__repr__", [](const PyOptEx& self) {
     const Engine& e = self.idle_engine("repr");

@@ -58,6 +58,20 @@ struct EnumNames<LengthscaleSelection> {
   }};
 };
 template <>
+struct EnumNames<Strategy> {
+  static constexpr std::array<std::pair<Strategy, std::string_view>, 2> values{{
+      {Strategy::fixed, "fixed"},
+      {Strategy::adaptive, "adaptive"},
+  }};
+};
+template <>
+struct EnumNames<ContinueFrom> {
+  static constexpr std::array<std::pair<ContinueFrom, std::string_view>, 2> values{{
+      {ContinueFrom::last, "last"},
+      {ContinueFrom::best_loss, "best_loss"},
+  }};
+};
+template <>
 struct EnumNames<Precision> {
   static constexpr std::array<std::pair<Precision, std::string_view>, 3> values{{
       {Precision::fp32, "fp32"},

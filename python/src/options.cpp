@@ -18,6 +18,17 @@ std::string type_name(py::handle value) {
   return py::str(py::type::of(value).attr("__name__")).cast<std::string>();
 }
 
+// An integer for a message: its digits, or its size where Python refuses to
+// print that many digits (sys.set_int_max_str_digits).
+std::string integer_text(py::handle value) {
+  const auto text = py::reinterpret_steal<py::object>(PyObject_Str(value.ptr()));
+  if (text) return text.cast<std::string>();
+  PyErr_Clear();
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  return "an int of " + py::str(index.attr("bit_length")()).cast<std::string>() + " bits";
+}
+
 // Python ints (and numpy integers, through __index__); bool and float are
 // refused, as Python's own int-only arguments refuse them.
 long long to_integer(py::handle value, const char* name) {
@@ -29,7 +40,7 @@ long long to_integer(py::handle value, const char* name) {
   int overflow = 0;
   const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
   if (overflow != 0) {
-    throw std::invalid_argument(std::string(name) + ": " + py::str(value).cast<std::string>() +
+    throw std::invalid_argument(std::string(name) + ": " + integer_text(index) +
                                 " is out of range");
   }
   return v;
@@ -50,7 +61,15 @@ double to_double(py::handle value, const char* name) {
     throw py::type_error(std::string(name) + ": expected a float, got " + type_name(value));
   }
   const double v = PyFloat_AsDouble(value.ptr());
-  if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+  if (v == -1.0 && PyErr_Occurred()) {
+    // An int beyond the double range: refused with the field's name, as to_int does.
+    if (PyErr_ExceptionMatches(PyExc_OverflowError) && PyLong_Check(value.ptr())) {
+      PyErr_Clear();
+      throw std::invalid_argument(std::string(name) + ": " + integer_text(value) +
+                                  " is out of range");
+    }
+    throw py::error_already_set();
+  }
   return v;
 }
 
@@ -101,7 +120,7 @@ struct Field {
   const char* doc;
 };
 
-const std::array<Field, 14> kFields{{
+const std::array<Field, 20> kFields{{
     {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
      [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
      "N: points evaluated per iteration, one per worker, in [1, 65536]."},
@@ -151,6 +170,42 @@ const std::array<Field, 14> kFields{{
     {"seed", "int", [](const Options& o) -> py::object { return py::int_(o.seed); },
      [](Options& o, py::handle v) { o.seed = to_seed(v, "seed"); },
      "Drives the per-point seeds handed to stochastic objectives, in [0, 2**64)."},
+    {"evaluations_per_point", "int",
+     [](const Options& o) -> py::object { return py::int_(o.evaluations_per_point); },
+     [](Options& o, py::handle v) { o.evaluations_per_point = to_int(v, "evaluations_per_point"); },
+     "D: how many of a round's N evaluations each point gets, each with its own seed; the round "
+     "evaluates N / D distinct points (batch row r belongs to point r // D) and a point's "
+     "gradient and loss are the means of its evaluations. 1 is OptEx, N is N x minibatch. Must "
+     "divide parallelism."},
+    {"strategy", "str", [](const Options& o) -> py::object { return py::str(name_of(o.strategy)); },
+     [](Options& o, py::handle v) { o.strategy = to_enum<Strategy>(v, "strategy"); },
+     "How each round's N evaluations are split into points: 'fixed' (N / evaluations_per_point "
+     "points every round) or 'adaptive' (chosen each round from the measured gradient noise, "
+     "starting from evaluations_per_point)."},
+    {"continue_from", "str",
+     [](const Options& o) -> py::object { return py::str(name_of(o.continue_from)); },
+     [](Options& o, py::handle v) { o.continue_from = to_enum<ContinueFrom>(v, "continue_from"); },
+     "Which point the commit steps from: 'last' (the last admissible point: OptEx) or "
+     "'best_loss' (the admissible point with the lowest loss)."},
+    {"max_posterior_variance", "float",
+     [](const Options& o) -> py::object { return py::float_(o.max_posterior_variance); },
+     [](Options& o, py::handle v) {
+       o.max_posterior_variance = to_double(v, "max_posterior_variance");
+     },
+     "Stop the proxy chain at a point whose GP posterior variance, in units of the prior "
+     "variance, is above this (> 0; inf: off)."},
+    {"trust_region", "float",
+     [](const Options& o) -> py::object { return py::float_(o.trust_region); },
+     [](Options& o, py::handle v) { o.trust_region = to_double(v, "trust_region"); },
+     "Stop the proxy chain at point i once it lies farther from the iterate than trust_region * "
+     "i * (length of the last committed step) (> 0; inf: off)."},
+    {"max_lengthscale_change", "float",
+     [](const Options& o) -> py::object { return py::float_(o.max_lengthscale_change); },
+     [](Options& o, py::handle v) {
+       o.max_lengthscale_change = to_double(v, "max_lengthscale_change");
+     },
+     "The factor by which a lengthscale selection may change the lengthscale at most, up or "
+     "down (>= 1; inf: off)."},
     {"device", "str", [](const Options& o) -> py::object { return py::str(o.device.name()); },
      [](Options& o, py::handle v) { o.device = parse_device("device", to_string(v, "device")); },
      "Where the iterate, optimizer state, history and batch rows live: 'cpu', 'cuda' or "
@@ -198,12 +253,13 @@ void register_options(py::module_& m) {
                           R"doc(Everything that configures an OptEx run besides the base optimizer.
 
 The defaults are the C++ optex::Options{} (the library's tuned defaults);
-Options.reference() gives the authors' reference semantics. Enumerations are
-strings: an unknown one raises ValueError listing the valid ones. Attributes
-can be read and set; every change is validated as a whole (ValueError names the
-field and its value) and a refused change leaves the object as it was. To
-change fields that depend on each other (device and history_precision), build
-a new Options with both keywords.
+Options.reference() gives the authors' reference semantics, Options.adaptive()
+the robust configuration. Enumerations are strings: an unknown one raises
+ValueError listing the valid ones. Attributes can be read and set; every change
+is validated as a whole (ValueError names the field and its value) and a
+refused change leaves the object as it was. To change fields that depend on
+each other (device and history_precision, parallelism and
+evaluations_per_point), build a new Options with both keywords.
 )doc");
   exported_from(cls, "optex");
   {
@@ -269,6 +325,24 @@ lengthscale 0.1 on inputs divided by the mean of sqrt(||x_j||), noise 1e-3,
 history 50, a zero predicted gradient before two history points exist, no
 lengthscale selection. A parallelism < 1 raises ValueError, a non-int TypeError,
 both naming parallelism.
+)doc");
+  }
+  {
+    py::options written_signature;
+    written_signature.disable_function_signatures();
+    cls.def_static(
+        "adaptive",
+        [](const py::object& parallelism) {
+          return Options::adaptive(to_int(parallelism, "parallelism"));
+        },
+        // The C++ default argument of Options::adaptive.
+        py::arg("parallelism") = 4,
+        R"doc(adaptive(parallelism: int = 4) -> Options
+
+The robust configuration: Options() with strategy 'adaptive' (each round
+splits its N evaluations into points from the gradient noise it measured),
+continue_from 'best_loss' and max_lengthscale_change 10. A parallelism < 1
+raises ValueError, a non-int TypeError, both naming parallelism.
 )doc");
   }
   cls.def("__repr__", [](const Options& o) {

@@ -86,6 +86,39 @@ def test_x0_conversions() -> None:
         (dict(seed=-1), r"seed: must be an integer in \[0, 2\*\*64\), got -1"),
         (dict(seed=2**64), r"seed: must be an integer in \[0, 2\*\*64\)"),
         (dict(parallelism=2**40), "parallelism: 1099511627776 is out of range"),
+        # evaluations_per_point (D) must divide parallelism (N, 4 by default).
+        (dict(evaluations_per_point=0), r"evaluations_per_point: must divide parallelism \(4\), got 0"),
+        (dict(evaluations_per_point=-2), r"evaluations_per_point: must divide parallelism \(4\), got -2"),
+        (dict(evaluations_per_point=3), r"evaluations_per_point: must divide parallelism \(4\), got 3"),
+        (dict(evaluations_per_point=8), r"evaluations_per_point: must divide parallelism \(4\), got 8"),
+        (dict(parallelism=6, evaluations_per_point=4),
+         r"evaluations_per_point: must divide parallelism \(6\), got 4"),
+        (dict(parallelism=1, evaluations_per_point=2),
+         r"evaluations_per_point: must divide parallelism \(1\), got 2"),
+        (dict(evaluations_per_point=2**31), "evaluations_per_point: 2147483648 is out of range"),
+        (dict(evaluations_per_point=2**64),
+         "evaluations_per_point: 18446744073709551616 is out of range"),
+        (dict(evaluations_per_point=-(2**63) - 1),
+         "evaluations_per_point: -9223372036854775809 is out of range"),
+        (dict(evaluations_per_point=10**5000),
+         "evaluations_per_point: an int of 16610 bits is out of range"),
+        (dict(strategy="random"),
+         "strategy: unknown value 'random' \\(expected 'fixed' or 'adaptive'\\)"),
+        (dict(strategy="Adaptive"), "strategy: unknown value 'Adaptive'"),
+        (dict(continue_from="best"),
+         "continue_from: unknown value 'best' \\(expected 'last' or 'best_loss'\\)"),
+        (dict(continue_from=""), "continue_from: unknown value ''"),
+        # The safeguards: > 0 (>= 1 for max_lengthscale_change), +infinity for off.
+        *[(dict([(name, bad)]), rf"{name}: must be > 0 \(\+infinity: off\), got {text}$")
+          for name in ("max_posterior_variance", "trust_region")
+          for bad, text in ((float("nan"), "nan"), (0.0, "0"), (-0.0, "-0"), (-1.0, "-1"),
+                            (-1e-300, "-1e-300"), (float("-inf"), "-inf"), (0, "0"))],
+        *[(dict(max_lengthscale_change=bad), rf"max_lengthscale_change: must be >= 1 "
+                                             rf"\(\+infinity: off\), got {text}$")
+          for bad, text in ((float("nan"), "nan"), (0.999, "0.999"), (0.5, "0.5"), (0.0, "0"),
+                            (-2.0, "-2"), (float("-inf"), "-inf"), (0, "0"))],
+        *[(dict([(name, 10**400)]), f"{name}: 1{'0' * 400} is out of range")
+          for name in ("max_posterior_variance", "trust_region", "max_lengthscale_change")],
     ],
 )
 def test_bad_options(kwargs, message) -> None:
@@ -104,6 +137,17 @@ def test_bad_options(kwargs, message) -> None:
         (dict(kernel=3), "kernel: expected a str, got int"),
         (dict(lengthscale_grid=1.0), "lengthscale_grid: expected a sequence of floats, got float"),
         (dict(learning_rate=0.1), "got an unexpected keyword argument 'learning_rate'"),
+        (dict(evaluations_per_point=2.0), "evaluations_per_point: expected an int, got float"),
+        (dict(evaluations_per_point=True), "evaluations_per_point: expected an int, got bool"),
+        (dict(evaluations_per_point="2"), "evaluations_per_point: expected an int, got str"),
+        (dict(evaluations_per_point=None), "evaluations_per_point: expected an int, got NoneType"),
+        (dict(strategy=1), "strategy: expected a str, got int"),
+        (dict(strategy=None), "strategy: expected a str, got NoneType"),
+        (dict(continue_from=b"last"), "continue_from: expected a str, got bytes"),
+        (dict(continue_from=["last"]), "continue_from: expected a str, got list"),
+        *[(dict([(name, bad)]), f"{name}: expected a float, got {type(bad).__name__}")
+          for name in ("max_posterior_variance", "trust_region", "max_lengthscale_change")
+          for bad in ("inf", b"1", None, [2.0], complex(2.0, 0.0))],
     ],
 )
 def test_option_keywords_of_the_wrong_type(kwargs, message) -> None:
@@ -137,6 +181,22 @@ def test_options_of_the_wrong_type() -> None:
         optex.OptEx(np.zeros(3), options={"parallelism": 2})
     with pytest.raises(TypeError, match="optimizer: expected optex.Sgd, optex.Adam, optex.AdamW, optex.RmsProp or optex.Lion, got str"):
         optex.OptEx(np.zeros(3), optimizer="adam")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(evaluations_per_point=2), "evaluations_per_point > 1: not available on CUDA devices"),
+        (dict(strategy="adaptive"), "strategy adaptive: not available on CUDA devices"),
+        (dict(max_posterior_variance=0.5), "max_posterior_variance: not available on CUDA devices"),
+        (dict(trust_region=2.0), "trust_region: not available on CUDA devices"),
+    ],
+)
+def test_what_the_cuda_engine_lacks_is_refused_naming_it(kwargs, message) -> None:
+    # Refused on every machine, with or without a GPU: the options are checked first.
+    with pytest.raises(ValueError, match=message):
+        optex.OptEx(np.zeros(3), device="cuda", **kwargs)
+    assert optex.Options(device="cuda", **kwargs).device == "cuda:0"  # valid options
 
 
 def test_cuda_device_on_a_build_or_machine_without_one() -> None:
@@ -178,6 +238,43 @@ def test_a_refused_setting_leaves_the_object_unchanged() -> None:
     with pytest.raises(ValueError, match="history"):
         options.history = 0
     assert options == optex.Options()
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "error"),
+    [
+        ("evaluations_per_point", 2, ValueError),  # N = 3
+        ("evaluations_per_point", 2**64, ValueError),
+        ("evaluations_per_point", 1.0, TypeError),
+        ("strategy", "greedy", ValueError),
+        ("continue_from", None, TypeError),
+        ("max_posterior_variance", 0.0, ValueError),
+        ("trust_region", float("nan"), ValueError),
+        ("max_lengthscale_change", 0.5, ValueError),
+        ("max_lengthscale_change", "2", TypeError),
+    ],
+)
+def test_a_refused_option_leaves_a_running_engine_unchanged(name, bad, error) -> None:
+    """The engine's options are fixed: OptEx.options is a copy, and a refused change
+    of it, or a refused OptEx built from it, leaves the running engine as its twin."""
+    opt, twin = started(), started()
+    before = snapshot(opt)
+    options = opt.options
+    with pytest.raises(error, match=f"^{name}: "):
+        setattr(options, name, bad)
+    assert options == twin.options
+    with pytest.raises(error, match=f"^{name}: "):
+        optex.OptEx(opt.x, optex.Adam(lr=0.02), options=opt.options, **{name: bad})
+    options.trust_region = 0.5  # an accepted change of the copy does not reach the engine either
+    assert opt.options == twin.options and opt.options.trust_region == float("inf")
+    assert snapshot(opt) == before
+    f = problems.Rosenbrock()
+    for engine in (opt, twin):
+        engine.tell(*good_batch(engine))
+        for _ in range(2):
+            losses, grads = f.value_and_grad(engine.ask())
+            engine.tell(grads, losses)
+    assert snapshot(opt) == snapshot(twin)
 
 
 # ---- tell -----------------------------------------------------------------------

@@ -280,6 +280,22 @@ def test_clear_win_loss_and_overlap_are_classified(bench):
     assert verdicts[("rosenbrock", "optex_reference")] == (report.LOSS, "line_search")
 
 
+def test_optex_adaptive_is_compared_as_an_optex_method(bench):
+    plots, report = bench
+    summary = loss_summary() + [
+        entry("sphere", 4, "optex_adaptive", (12, 11, 13), (0.002, 0.001, 0.003)),
+        entry("rosenbrock", 4, "optex_adaptive", (21, 19, 23), (0.005, 0.004, 0.006))]
+    doc = document("optex-bench", "ci", "loss", summary, [])
+    verdicts = {(c.task, c.method): (c.verdict, c.reference)
+                for c in report.optex_comparisons(doc)}
+    assert verdicts[("sphere", "optex_adaptive")] == (report.WIN, "line_search")
+    assert verdicts[("rosenbrock", "optex_adaptive")] == (report.TIE, "line_search")
+    # Not an ablation or a variant of optex_default.
+    assert all(c.method != "optex_adaptive" for c in report.ablation_comparisons(doc))
+    assert report.tally(report.optex_comparisons(doc))[1].startswith(
+        "- `optex_adaptive` against the best same-budget baseline")
+
+
 def test_sentences_say_what_was_classified(files, tmp_path):
     text, _ = run_report(files, tmp_path, "--no-plots")
     findings = section(file_section(text, "optex-bench", "ci"), "Findings")
@@ -494,6 +510,10 @@ def test_method_colours_are_fixed(bench):
     variant = other["optex_default[history=8]"]
     assert variant["linestyle"] != "-"
     assert variant["color"] not in plots.METHOD_COLOURS.values()
+    # Every method has a colour of its own.
+    assert set(plots.METHOD_COLOURS) == set(plots.METHOD_ORDER)
+    assert len(set(plots.METHOD_COLOURS.values())) == len(plots.METHOD_COLOURS)
+    assert plots.UNKNOWN_COLOUR not in plots.METHOD_COLOURS.values()
 
 
 def test_optex_adaptive_is_compared_with_the_best_baseline(bench):

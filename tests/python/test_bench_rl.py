@@ -74,6 +74,7 @@ def test_gradient_evaluations_follow_each_method_budget(ci_document: dict) -> No
         # Every evaluation runs K training episodes.
         assert [r["episodes"] for r in run] == [k * c for c in counts], method
     assert methods.evaluations_per_round("optex_default", 4) == {"first": 4, "later": 4}
+    assert methods.evaluations_per_round("optex_adaptive", 4) == {"first": 4, "later": 4}
     assert methods.evaluations_per_round("ablation_last_point", 4) == {"first": 1, "later": 1}
     assert methods.evaluations_per_round("line_search", 4) == {"first": 1, "later": 4}
 

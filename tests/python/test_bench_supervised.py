@@ -161,6 +161,23 @@ def test_line_search_candidates_are_steps_with_scaled_learning_rates() -> None:
         assert next_state.step == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [("optex_default", lambda n: optex.Options(parallelism=n)),
+     ("optex_adaptive", optex.Options.adaptive),
+     ("optex_reference", optex.Options.reference)],
+)
+def test_the_optex_methods_run_their_options_with_the_run_seed(method: str, expected) -> None:
+    x0 = np.zeros(5, np.float32)
+    run = methods.make_method(method, x0, methods.BaseOptimizer("adam", 0.1), 4, 7)
+    options = expected(4)
+    options.seed = 7
+    assert run.engine.options == options
+    assert methods.optex_options(method, 4, 7) == options
+    assert method in methods.METHODS
+    assert methods.evaluations_per_round(method, 4) == {"first": 4, "later": 4}
+
+
 def test_every_library_optimizer_is_a_base_optimizer_of_the_runners() -> None:
     for cls in optex.optimizer_classes():
         assert type(methods.BaseOptimizer(cls.__name__.lower(), 0.01).to_optex()) is cls

@@ -91,3 +91,42 @@ def test_bf16_on_the_cpu_is_refused(tmp_path: pathlib.Path) -> None:
     opt.save(tmp_path / "run.ckpt")
     with pytest.raises(ValueError, match="history_precision"):
         optex.OptEx.load(tmp_path / "run.ckpt", history_precision="bf16")
+
+
+def several_evaluations_run() -> tuple[optex.OptEx, problems.Problem]:
+    """Points with two evaluations, the adaptive split, best-loss commits and both
+    safeguards: everything checkpoint format 4 added."""
+    f = problems.WithGradientNoise(problems.Rastrigin(), 0.5, seed=3)
+    options = optex.Options.adaptive(6)
+    options.evaluations_per_point = 2
+    options.trust_region = 3.0
+    options.max_posterior_variance = 0.9
+    return optex.OptEx(f.standard_start(8), optimizer=optex.Adam(lr=0.01), options=options), f
+
+
+def rounds_of(opt: optex.OptEx, f: problems.Problem, iterations: int) -> list[str]:
+    return [float_hex(opt.x) + repr(info) for info in run_iterations(opt, f, iterations)]
+
+
+def test_round_trip_with_several_evaluations_per_point(tmp_path: pathlib.Path) -> None:
+    opt, f = several_evaluations_run()
+    rounds_of(opt, f, 7)
+    opt.save(tmp_path / "run.ckpt")
+    expected = rounds_of(opt, f, 10)
+    restored = optex.OptEx.load(tmp_path / "run.ckpt")
+    assert restored.options == opt.options
+    assert restored.options.evaluations_per_point == 2 and restored.options.strategy == "adaptive"
+    assert rounds_of(restored, f, 10) == expected  # the adaptive split's state came along
+
+
+def test_loading_onto_a_device_without_the_features_is_refused(tmp_path: pathlib.Path) -> None:
+    opt, f = several_evaluations_run()
+    rounds_of(opt, f, 3)
+    opt.save(tmp_path / "run.ckpt")
+    expected = rounds_of(opt, f, 4)
+    # Without a GPU the device is refused; with one, the features its engine lacks.
+    with pytest.raises(ValueError, match="^(device: cuda:0 is not available|evaluations_per_point "
+                                         "> 1: not available on CUDA devices)"):
+        optex.OptEx.load(tmp_path / "run.ckpt", device="cuda")
+    restored = optex.OptEx.load(tmp_path / "run.ckpt")  # the file is as it was
+    assert rounds_of(restored, f, 4) == expected

@@ -66,31 +66,57 @@ FIELDS: dict[str, st.SearchStrategy] = {
     "proxy": names("gp", "target", "last_gradient"),
     "seed": st.one_of(st.integers(0, 2**64 - 1), st.integers(-(2**70), -1),
                       st.integers(2**64, 2**70), st.sampled_from([True, 1.0]), WRONG_TYPES),
+    "evaluations_per_point": small_ints(1, 4),
+    "strategy": names("fixed", "adaptive"),
+    "continue_from": names("last", "best_loss"),
+    "max_posterior_variance": FLOATS,
+    "trust_region": FLOATS,
+    "max_lengthscale_change": st.one_of(FLOATS, st.sampled_from([1.0, 1.0 - 1e-16, 0.999, 1.5])),
     "device": names("cpu", "cuda", "cuda:0", "cuda:1", "cuda:-1", "gpu"),
     "history_precision": names("fp32", "bf16", "bf16_gradients", "fp16"),
 }
 
 assert set(FIELDS) == set(optex.Options().__getstate__()), "a new Options field needs a strategy"
 
+# Fields validated together: an assignment to one may be refused naming the other
+# (parallelism=3 where evaluations_per_point is 2).
+DEPENDENT = {"parallelism": ("evaluations_per_point",), "evaluations_per_point": ("parallelism",)}
+
 
 def names_a_field(error: Exception, fields) -> bool:
     return any(str(error).startswith(f"{name}:") for name in fields)
 
 
+def cpu_only_features(options: optex.Options) -> list[str]:
+    """The fields set to what the CUDA engine does not do yet."""
+    return [name for name, used in (
+        ("evaluations_per_point", options.evaluations_per_point > 1),
+        ("strategy", options.strategy == "adaptive"),
+        ("max_posterior_variance", math.isfinite(options.max_posterior_variance)),
+        ("trust_region", math.isfinite(options.trust_region))) if used]
+
+
 def one_round(options: optex.Options) -> None:
-    """An OptEx from these options asks and tells once, or refuses a device it lacks."""
+    """An OptEx from these options asks and tells once, or refuses a device it lacks or
+    a feature that device does not have."""
     f = problems.Sphere()
     try:
         opt = optex.OptEx(f.standard_start(3), optimizer=optex.Adam(lr=0.01), options=options)
     except ValueError as e:
-        # Options accept any CUDA index; the engine refuses one this machine lacks.
-        assert str(e).startswith("device:") and options.device != "cpu", e
+        # Options accept any CUDA index and feature; the engine refuses a device this
+        # machine lacks, and the features its CUDA backend does not have.
+        assert options.device != "cpu", e
+        text = str(e)
+        lacking = cpu_only_features(options)
+        assert text.startswith("device:") or (
+            "not available on CUDA devices" in text and lacking and text.startswith(lacking[0])), e
         return
     if options.proxy == "target":
         opt.set_gradient_oracle(f.value_and_grad)
     losses, grads = f.value_and_grad(opt.ask())
     info = opt.tell(grads, losses)
     assert info.iteration == 1 and np.all(np.isfinite(opt.x))
+    assert sum(info.point_evaluations) == options.parallelism
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,7 +136,10 @@ def test_options_from_random_keywords_are_valid_or_refused_by_name(kwargs: dict)
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(FIELDS)).flatmap(lambda name: st.tuples(st.just(name), FIELDS[name])),
        st.sampled_from([optex.Options(), optex.Options.reference(2),
-                        optex.Options(parallelism=1, proxy="target", lengthscale_grid=[0.5, 2.0])]))
+                        optex.Options(parallelism=1, proxy="target", lengthscale_grid=[0.5, 2.0]),
+                       optex.Options.adaptive(4),
+                       optex.Options(parallelism=4, evaluations_per_point=2, trust_region=1.5,
+                                     max_posterior_variance=0.5)]))
 def test_a_refused_assignment_changes_nothing(assignment: tuple, start: optex.Options) -> None:
     name, value = assignment
     options = pickle.loads(pickle.dumps(start))  # a fresh copy per example
@@ -118,7 +147,7 @@ def test_a_refused_assignment_changes_nothing(assignment: tuple, start: optex.Op
     try:
         setattr(options, name, value)
     except (ValueError, TypeError) as e:
-        assert str(e).startswith(f"{name}:"), (name, value, e)
+        assert names_a_field(e, (name, *DEPENDENT.get(name, ()))), (name, value, e)
         assert repr(options) == before
         assert options == start
         return

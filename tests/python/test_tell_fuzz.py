@@ -172,3 +172,57 @@ def test_tell_either_refuses_without_a_trace_or_leaves_a_usable_engine(
         with open(path, "wb") as f:
             f.write(data)
         assert checkpoint_bytes(optex.OptEx.load(path)) == data
+
+
+def warmed_points(evaluations: int, continue_from: str) -> optex.OptEx:
+    """Six rows, `evaluations` per point, two rounds in, with a pending batch."""
+    opt = optex.OptEx(PROBLEM.standard_start(D), optimizer=optex.Adam(lr=0.02), parallelism=6,
+                      evaluations_per_point=evaluations, continue_from=continue_from, seed=7)
+    for _ in range(2):
+        commit_the_same(opt)
+    opt.ask()
+    return opt
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    bad=st.lists(st.sampled_from(["ok", "nan grad", "inf loss", "huge grad"]), min_size=6, max_size=6),
+    evaluations=st.sampled_from([1, 2, 3, 6]),
+    continue_from=st.sampled_from(["last", "best_loss"]),
+)
+def test_dropped_evaluations_leave_the_mean_of_the_others(bad, evaluations, continue_from) -> None:
+    """drop_nonfinite with several evaluations per point: a point is the mean of its
+    admissible rows, dropped with none; with no point left nothing changes."""
+    opt = warmed_points(evaluations, continue_from)
+    twin = warmed_points(evaluations, continue_from)
+    losses, grads = PROBLEM.value_and_grad(opt.ask())
+    for r, kind in enumerate(bad):
+        if kind == "nan grad":
+            grads[r, 1] = np.nan
+        elif kind == "inf loss":
+            losses[r] = np.inf
+        elif kind == "huge grad":
+            grads[r, 0] = 2 * BOUND
+    good = [kind == "ok" for kind in bad]
+    point_losses = [losses[p * evaluations:(p + 1) * evaluations][good[p * evaluations:(p + 1) * evaluations]]
+                    for p in range(6 // evaluations)]
+    if not any(good):
+        with pytest.raises(RuntimeError, match="can be committed"):
+            opt.tell(grads, losses, drop_nonfinite=True)
+        commit_the_same(opt, twin)
+        assert checkpoint_bytes(opt) == checkpoint_bytes(twin)
+        return
+    info = opt.tell(grads, losses, drop_nonfinite=True)
+    assert info.dropped == bad.count("nan grad") + bad.count("inf loss") + bad.count("huge grad")
+    assert info.point_evaluations == [evaluations] * (6 // evaluations)
+    kept = [p for p, values in enumerate(point_losses) if len(values)]
+    means = {p: sum(point_losses[p]) / len(point_losses[p]) for p in kept}
+    if continue_from == "last":
+        assert info.committed_point == kept[-1]
+    else:
+        assert means[info.committed_point] == min(means.values())
+    assert info.loss == pytest.approx(means[info.committed_point], rel=1e-15)
+    assert info.best_loss == pytest.approx(min(means.values()), rel=1e-15)
+    for p in range(6 // evaluations):
+        if p not in kept:
+            assert math.isnan(info.prediction_error[p])

@@ -27,6 +27,12 @@ OPTION_FIELDS = {
     "lengthscale_grid": (),
     "proxy": "gp",
     "seed": 0,
+    "evaluations_per_point": 1,
+    "strategy": "fixed",
+    "continue_from": "last",
+    "max_posterior_variance": math.inf,
+    "trust_region": math.inf,
+    "max_lengthscale_change": math.inf,
     "device": "cpu",
     "history_precision": "fp32",
 }
@@ -48,6 +54,42 @@ def test_reference_options() -> None:
     assert reference.warmup == "zero_gradient"
     assert reference.lengthscale_selection == "fixed"
     assert optex.Options.reference(parallelism=3).parallelism == 3
+
+
+def test_adaptive_options() -> None:
+    """Options() with the adaptive split, commits from the best loss, and the lengthscale guard."""
+    adaptive = optex.Options.adaptive()
+    expected = optex.Options(strategy="adaptive", continue_from="best_loss",
+                             max_lengthscale_change=10.0)
+    assert adaptive == expected and repr(adaptive) == repr(expected)
+    assert adaptive.parallelism == 4 and adaptive.evaluations_per_point == 1
+    assert optex.Options.adaptive(parallelism=6).parallelism == 6
+    assert optex.Options.adaptive(np.int64(2)) == optex.Options(
+        parallelism=2, strategy="adaptive", continue_from="best_loss", max_lengthscale_change=10.0)
+    assert optex.Options.reference().strategy == "fixed"
+    assert optex.Options.reference().continue_from == "last"
+
+
+def test_safeguards_take_any_admissible_threshold() -> None:
+    options = optex.Options(max_posterior_variance=5e-324, trust_region=1e300,
+                            max_lengthscale_change=1)
+    assert (options.max_posterior_variance, options.trust_region) == (5e-324, 1e300)
+    assert options.max_lengthscale_change == 1.0 and type(options.max_lengthscale_change) is float
+    options.trust_region = np.float32(0.5)
+    assert options.trust_region == 0.5
+    options.max_posterior_variance = math.inf  # off again
+    assert options.max_posterior_variance == math.inf
+
+
+def test_evaluations_per_point_divides_parallelism() -> None:
+    for n, d in ((1, 1), (4, 2), (6, 3), (6, 6), (12, 4)):
+        options = optex.Options(parallelism=n, evaluations_per_point=d)
+        assert (options.parallelism, options.evaluations_per_point) == (n, d)
+    # Attributes change one at a time: (8, 4) -> (2, 2) goes through (8, 2).
+    options = optex.Options(parallelism=8, evaluations_per_point=4)
+    options.evaluations_per_point = 2
+    options.parallelism = 2
+    assert (options.parallelism, options.evaluations_per_point) == (2, 2)
 
 
 def test_options_attributes_and_equality() -> None:
@@ -84,6 +126,10 @@ def test_every_enumeration_value_is_accepted() -> None:
         assert optex.Options(warmup=warmup).warmup == warmup
     for selection in ("fixed", "leave_one_out", "marginal_likelihood"):
         assert optex.Options(lengthscale_selection=selection).lengthscale_selection == selection
+    for strategy in ("fixed", "adaptive"):
+        assert optex.Options(strategy=strategy).strategy == strategy
+    for start in ("last", "best_loss"):
+        assert optex.Options(continue_from=start).continue_from == start
     for precision in ("fp32", "bf16", "bf16_gradients"):
         assert optex.Options(device="cuda", history_precision=precision).history_precision == precision
 
@@ -459,14 +505,27 @@ def test_optimizer_state_is_read_only() -> None:
 
 
 def test_options_pickle_and_copy() -> None:
-    value = optex.Options(parallelism=7, kernel="matern32", lengthscale_grid=(1.0, 3.0), seed=9,
+    value = optex.Options(parallelism=6, kernel="matern32", lengthscale_grid=(1.0, 3.0), seed=9,
+                          evaluations_per_point=3, strategy="adaptive", continue_from="best_loss",
+                          max_posterior_variance=0.25, trust_region=2.0, max_lengthscale_change=4.0,
                           device="cuda:2", history_precision="bf16_gradients")
     clones = [pickle.loads(pickle.dumps(value, protocol))
               for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]
     for clone in (*clones, copy.copy(value), copy.deepcopy(value)):
         assert type(clone) is type(value)
-        assert clone == value
+        assert clone == value and repr(clone) == repr(value)
         assert clone is not value
+        assert (clone.evaluations_per_point, clone.strategy, clone.continue_from) == (
+            3, "adaptive", "best_loss")
+        assert (clone.max_posterior_variance, clone.trust_region,
+                clone.max_lengthscale_change) == (0.25, 2.0, 4.0)
+
+
+def test_options_differ_in_each_new_field() -> None:
+    changes = dict(evaluations_per_point=2, strategy="adaptive", continue_from="best_loss",
+                   max_posterior_variance=1.0, trust_region=1.0, max_lengthscale_change=2.0)
+    for name, value in changes.items():
+        assert optex.Options(**{name: value}) != optex.Options(), name
 
 
 def test_classes_live_in_optex() -> None:

@@ -59,14 +59,27 @@ def _loss_of(result: Any) -> float:
     raise ValueError(f"closure: must return the loss (a scalar tensor or a float), got {result!r}")
 
 
-def loss_at(point: int, results: dict[int, Any], losses: torch.Tensor) -> Any:
-    """What step returns for the committed ``point``: the closure's own value if this
-    process evaluated it; otherwise the gathered loss, as a 0-dim tensor of the dtype
-    and device of this process's own results (a float if they are not tensors)."""
-    if point in results:
-        return results[point]
+def committed_rows(point: int, point_evaluations: list[int]) -> range:
+    """The batch rows of the round's distinct ``point`` (the rows of a point are
+    consecutive; ``point_evaluations`` is IterationInfo's)."""
+    first = sum(point_evaluations[:point])
+    return range(first, first + point_evaluations[point])
+
+
+def loss_at(rows: range, point_loss: float, results: dict[int, Any], losses: torch.Tensor) -> Any:
+    """What step returns for the committed point, evaluated at batch ``rows``. With one
+    evaluation, the closure's own value if this process evaluated it, otherwise the
+    gathered loss; with several, ``point_loss``, the mean of its admissible evaluations
+    (IterationInfo.loss). A value that is not the closure's own is a 0-dim tensor of the
+    dtype and device of this process's own results (a float if they are not tensors)."""
+    if len(rows) == 1:
+        (row,) = rows
+        if row in results:
+            return results[row]
+        value = float(losses[row])
+    else:
+        value = float(point_loss)
     like = next((r for r in results.values() if isinstance(r, torch.Tensor)), None)
-    value = float(losses[point])
     if like is None:
         return value
     return torch.tensor(value, dtype=like.dtype, device=like.device)

@@ -50,6 +50,12 @@ OPTION_FIELDS = (
     "lengthscale_grid",
     "proxy",
     "seed",
+    "evaluations_per_point",
+    "strategy",
+    "continue_from",
+    "max_posterior_variance",
+    "trust_region",
+    "max_lengthscale_change",
     "device",
     "history_precision",
 )
@@ -218,26 +224,21 @@ def kind_of(optimizer: EngineOptimizer) -> str:
 
 def make_options(options: Options | None, fields: dict[str, Any]) -> Options:
     """``options`` (or the defaults) with the keyword arguments that are not None
-    set; ValueError naming the field."""
+    set; ValueError naming the field. The fields are validated together, so that
+    fields that depend on each other (parallelism and evaluations_per_point) can
+    change at once."""
     if options is not None and not isinstance(options, Options):
         raise ValueError(f"options: must be an optex.Options or None, got {type(options).__name__}")
-    result = Options() if options is None else copy_options(options)
-    for name, value in fields.items():
-        if value is None:
-            continue
-        try:
-            setattr(result, name, value)
-        except (TypeError, ValueError) as error:
-            text = str(error)
-            raise ValueError(text if text.startswith(name) else f"{name}: {text}") from None
-    return result
+    values = {} if options is None else {name: getattr(options, name) for name in OPTION_FIELDS}
+    values.update({name: value for name, value in fields.items() if value is not None})
+    try:
+        return Options(**values)
+    except (TypeError, ValueError) as error:  # Options names the field
+        raise ValueError(str(error)) from None
 
 
 def copy_options(options: Options) -> Options:
-    copy = Options()
-    for name in OPTION_FIELDS:
-        setattr(copy, name, getattr(options, name))
-    return copy
+    return Options(**{name: getattr(options, name) for name in OPTION_FIELDS})
 
 
 def options_on(options: Options, device: str) -> Options:

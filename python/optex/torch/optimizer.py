@@ -20,7 +20,7 @@ import torch
 from .._optex import IterationInfo, Options, built_with_cuda
 from .._optex import OptEx as _Engine
 from . import hyperparameters as _hyper
-from .closure import Closure, check_closure, evaluate, loss_at
+from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
 from .exchange import Ranks, distributed_available, distributed_enabled
 from .layout import FlatLayout
 
@@ -65,9 +65,15 @@ class OptEx(torch.optim.Optimizer):
     **OptEx options.** ``parallelism`` (N), ``history``, ``kernel``,
     ``lengthscale``, ``noise``, ``input_scaling``, ``warmup``,
     ``lengthscale_selection``, ``selection_interval``, ``lengthscale_grid``,
-    ``proxy``, ``seed``, ``device`` and ``history_precision`` set the fields of
-    ``optex.Options`` (defaults: the C++ ones); ``options`` passes a whole
-    ``optex.Options`` that the keywords then override. ``device=None`` (the
+    ``proxy``, ``seed``, ``evaluations_per_point``, ``strategy``,
+    ``continue_from``, ``max_posterior_variance``, ``trust_region``,
+    ``max_lengthscale_change``, ``device`` and ``history_precision`` set the
+    fields of ``optex.Options`` (defaults: the C++ ones); ``options`` passes a
+    whole ``optex.Options`` (``optex.Options.adaptive(N)`` for the robust
+    configuration) that the keywords then override, all validated together.
+    With ``evaluations_per_point`` D > 1 the N evaluations of a round are N / D
+    points, each evaluated D times with D seeds (``current_seed``).
+    ``device=None`` (the
     default) runs the engine where the parameters live: "cuda:k" for
     parameters on GPU k when ``optex.built_with_cuda()``, "cpu" otherwise.
 
@@ -81,9 +87,12 @@ class OptEx(torch.optim.Optimizer):
     weight decay to it). Then it restores the parameters, ``tell()``s the
     engine the N gradients and losses, and writes the committed iterate into
     the parameters. It returns the closure's loss at the committed point (the
-    last point of the round unless points were dropped). While the closure
-    runs, :attr:`current_point` and :attr:`current_seed` say which point it is
-    evaluating and that point's own reproducible seed (for its minibatch).
+    last point of the round unless points were dropped or ``continue_from`` is
+    "best_loss"); for a point evaluated several times, the mean of its losses
+    (``last_info.loss``) as a 0-dim tensor. While the closure runs,
+    :attr:`current_point` and :attr:`current_seed` say which of the N
+    evaluations (batch rows) it is computing and that evaluation's own
+    reproducible seed (for its minibatch).
     Without torch.distributed, the N evaluations run one after the other in
     this process: the trajectory is OptEx's (fewer rounds), the wall-clock
     speedup needs N workers (see below). After ``step``, ``.grad`` holds the
@@ -182,6 +191,12 @@ class OptEx(torch.optim.Optimizer):
         lengthscale_grid: Iterable[float] | None = None,
         proxy: str | None = None,
         seed: int | None = None,
+        evaluations_per_point: int | None = None,
+        strategy: str | None = None,
+        continue_from: str | None = None,
+        max_posterior_variance: float | None = None,
+        trust_region: float | None = None,
+        max_lengthscale_change: float | None = None,
         device: str | torch.device | None = None,
         history_precision: str | None = None,
         drop_nonfinite: bool = False,
@@ -212,6 +227,12 @@ class OptEx(torch.optim.Optimizer):
             "lengthscale_grid": lengthscale_grid,
             "proxy": proxy,
             "seed": seed,
+            "evaluations_per_point": evaluations_per_point,
+            "strategy": strategy,
+            "continue_from": continue_from,
+            "max_posterior_variance": max_posterior_variance,
+            "trust_region": trust_region,
+            "max_lengthscale_change": max_lengthscale_change,
             "history_precision": history_precision,
         })
         if device is not None and not isinstance(device, (str, torch.device)):
@@ -267,15 +288,17 @@ class OptEx(torch.optim.Optimizer):
 
     @property
     def current_point(self) -> int | None:
-        """While the closure runs inside ``step``: the index (0..N-1) of the point it
-        is evaluating; None otherwise (and during proxy='target' oracle calls)."""
+        """While the closure runs inside ``step``: the index (0..N-1) of the evaluation
+        (batch row) it is computing; the rows of a point evaluated several times are
+        consecutive and hold the same point. None otherwise (and during
+        proxy='target' oracle calls)."""
         return self._current_point
 
     @property
     def current_seed(self) -> int | None:
-        """While the closure runs inside ``step``: the point's own seed (the engine's
-        ``seeds[i]``; the run's seed during proxy='target' oracle calls), the same
-        on every run and every rank: use it to draw the point's minibatch."""
+        """While the closure runs inside ``step``: the evaluation's own seed (the
+        engine's ``seeds[i]``; the run's seed during proxy='target' oracle calls),
+        the same on every run and every rank: use it to draw the minibatch."""
         return self._current_seed
 
     @property
@@ -416,7 +439,8 @@ class OptEx(torch.optim.Optimizer):
         rank's share of the N points under torch.distributed). Returns the
         closure's loss at the committed point; under torch.distributed, a rank
         that did not evaluate that point gets the gathered value (a 0-dim tensor
-        of the dtype and device of its own losses, or a float).
+        of the dtype and device of its own losses, or a float). A point evaluated
+        several times returns the mean of its losses in that form.
 
         Raises ValueError without a closure or when the closure returns no scalar
         loss; RuntimeError when the parameters or hyperparameters were changed
@@ -505,7 +529,8 @@ class OptEx(torch.optim.Optimizer):
         # A copy: the engine rewrites its iterate in place at the next commit.
         self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
         layout.write(self._iterate)
-        return loss_at(info.committed_point, results, losses)
+        rows = committed_rows(info.committed_point, info.point_evaluations)
+        return loss_at(rows, info.loss, results, losses)
 
     # ------------------------------------------------------------------ checkpoints
 
