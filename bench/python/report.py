@@ -49,7 +49,7 @@ from plots import (
 # an upper bound, not a baseline to beat.
 BASELINES = ("vanilla_nlr", "data_parallel", "line_search")
 SEQUENTIAL = "vanilla"
-OPTEX_METHODS = ("optex_default", "optex_reference", "optex_adaptive")
+OPTEX_METHODS = ("optex_default", "optex_adaptive", "optex_reference")
 UPPER_BOUND = "target"
 
 WIN, TIE, LOSS = "win", "no clear difference", "loss"

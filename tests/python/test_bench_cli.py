@@ -31,7 +31,6 @@ pytestmark = pytest.mark.skipif(
 # The C++ runner's methods are the names the Python tools share (bench/python/method_names.py),
 # and optex_adaptive (Options::adaptive(N)), which only the C++ runner has, after optex_default.
 STANDARD_METHODS = list(METHODS)
-STANDARD_METHODS.insert(STANDARD_METHODS.index("optex_default") + 1, "optex_adaptive")
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from optex import problems
 
 # Valid values that differ from the defaults in every field they name.
 CHANGED = dict(parallelism=6, evaluations_per_point=3, strategy="adaptive",
-               continue_from="best_loss", max_posterior_variance=0.5, trust_region=2.0,
+               continue_from="last", max_posterior_variance=0.5, trust_region=2.0,
                max_lengthscale_change=4.0)
 X0 = problems.Rosenbrock().standard_start(5)
 

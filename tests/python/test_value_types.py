@@ -29,7 +29,7 @@ OPTION_FIELDS = {
     "seed": 0,
     "evaluations_per_point": 1,
     "strategy": "fixed",
-    "continue_from": "last",
+    "continue_from": "best_loss",
     "max_posterior_variance": math.inf,
     "trust_region": math.inf,
     "max_lengthscale_change": math.inf,
@@ -522,7 +522,7 @@ def test_options_pickle_and_copy() -> None:
 
 
 def test_options_differ_in_each_new_field() -> None:
-    changes = dict(evaluations_per_point=2, strategy="adaptive", continue_from="best_loss",
+    changes = dict(evaluations_per_point=2, strategy="adaptive", continue_from="last",
                    max_posterior_variance=1.0, trust_region=1.0, max_lengthscale_change=2.0)
     for name, value in changes.items():
         assert optex.Options(**{name: value}) != optex.Options(), name
