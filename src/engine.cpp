@@ -142,10 +142,11 @@ void Engine::refit_if_needed() {
   fitted_ = true;
 }
 
-void Engine::plan_round() {
+void Engine::plan_round(bool one_point) {
   const int n = batch_.size();
-  const int d = options_.strategy == Strategy::adaptive ? split_rule_.evaluations_per_point()
-                                                        : options_.evaluations_per_point;
+  const int d = one_point                                 ? n
+                : options_.strategy == Strategy::adaptive ? split_rule_.evaluations_per_point()
+                                                          : options_.evaluations_per_point;
   plan_.assign(static_cast<std::size_t>(n / d), d);
   if (uses_chain()) chain_.size_ = static_cast<int>(plan_.size());
 }
@@ -179,9 +180,7 @@ Batch& Engine::ask() {
     refit_if_needed();
     batch_.iteration_ = iteration_;
     for (std::uint64_t& seed : batch_.seeds_) seed = rng_.next();
-    plan_round();
     Batch& chain = uses_chain() ? chain_ : batch_;
-    const int points = static_cast<int>(plan_.size());
     backend().begin_batch(chain);
 
     // Where the proxy gradients come from this iteration (the history does
@@ -190,7 +189,7 @@ Batch& Engine::ask() {
     const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
     ProxySource source = ProxySource::gp;
     if (options_.proxy == Proxy::target) {
-      if (!oracle_ && points > 1) {
+      if (!oracle_ && batch_.size() > 1) {
         throw std::runtime_error(
             "proxy: Proxy::target needs a gradient oracle (Engine::set_gradient_oracle, or use "
             "optex::minimize)");
@@ -213,6 +212,11 @@ Batch& Engine::ask() {
         }
       };
     }
+    // The adaptive strategy spends a warm-up round, whose points would all
+    // hold at the iterate, on one point: its N evaluations average, and
+    // measure the gradient noise the next round's split needs.
+    plan_round(options_.strategy == Strategy::adaptive && source == ProxySource::hold);
+    const int points = static_cast<int>(plan_.size());
     chain.proxy_steps_applied_ = source != ProxySource::hold;
     const bool predicts = source != ProxySource::hold && source != ProxySource::zero;
     std::fill(chain.was_predicted_.begin(), chain.was_predicted_.end(), 0);

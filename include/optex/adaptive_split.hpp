@@ -8,11 +8,13 @@
 // proxy chain compounds the error of every gradient it steps with, so the
 // engine gives each point the fewest evaluations D (a divisor of N) with
 // rho / D <= kNoiseTarget, or all N when none suffices: noise-free gradients
-// get D = 1 (OptEx), noise-dominated ones D = N (N x minibatch). Without a
-// measurement it keeps its starting D; when a round's predictions point away
-// from the measured gradients (mean cosine < kSuspectCosine) and rho was last
-// measured kProbeInterval or more rounds ago, the next round probes with the
-// smallest D > 1, whose replicated evaluations measure rho.
+// get D = 1 (OptEx), noise-dominated ones D = N (N x minibatch). The engine
+// spends the warm-up round (no history: every point would hold at the
+// iterate) on one point with N evaluations, which gives the first
+// measurement. Without a measurement the rule keeps its starting D; when a round's predictions
+// point away from the measured gradients (mean cosine < kSuspectCosine) and rho was last measured
+// kProbeInterval or more rounds ago, the next round probes with the smallest D > 1, whose
+// replicated evaluations measure rho.
 #pragma once
 
 #include <cstdint>

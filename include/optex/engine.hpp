@@ -157,8 +157,9 @@ class Engine {
   // (several evaluations per point, a safeguard that cuts the chain): the
   // proxy chain then lives in chain_ and is expanded into batch_.
   bool uses_chain() const;
-  // This round's evaluations per point (plan_), from the options or the strategy.
-  void plan_round();
+  // This round's evaluations per point (plan_), from the options or the
+  // strategy; all N at one point when `one_point`.
+  void plan_round(bool one_point);
   // The safeguard that refuses the proxy step to point i, or "" (DESIGN.md section 2).
   const char* safeguard_stop(Batch& chain, int i);
   // Ends the chain at point i - 1, which takes the evaluations of the points not made.

@@ -558,3 +558,26 @@ def test_learning_rate_transfer_is_stated_under_the_config(bench, tmp_path):
         lines = report.file_section(results, tmp_path, tmp_path / "RESULTS.md",
                                     report.findings(doc))
         assert any(line.startswith(sentence) for line in lines) == expected
+
+
+def test_commentary_follows_the_summary(files, tmp_path):
+    note = tmp_path / "commentary.md"
+    note.write_text("## What the numbers say\n\nOptEx loses on Ackley, plainly.\n", encoding="utf-8")
+    text, _ = run_report(files, tmp_path, "--no-plots", "--commentary", str(note))
+    summary_at = text.index("## Summary")
+    said_at = text.index("## What the numbers say")
+    first_file_at = text.index("## optex-bench /")
+    assert summary_at < said_at < first_file_at
+    assert "OptEx loses on Ackley, plainly." in text
+
+
+def test_an_unreadable_commentary_is_refused(files, tmp_path):
+    out = tmp_path / "RESULTS.md"
+    for bad in (tmp_path / "missing.md", tmp_path):  # absent, and a directory
+        done = subprocess.run([sys.executable, str(BENCH_PYTHON / "report.py"), str(files["loss"]),
+                               "--no-plots", "--figures", str(tmp_path / "f"), "--out", str(out),
+                               "--commentary", str(bad)], capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == 2
+        assert "--commentary" in done.stderr
+        assert not out.exists()
