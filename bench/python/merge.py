@@ -5,12 +5,15 @@
     python bench/python/merge.py a.json b.json --out bench/results/rl-acrobot-2026-11-22.json
 
 A long run can be split by ``--methods`` across processes or machines, since
-each method's runs (its lr tuning included) depend only on its own seeds. The
+each method's runs (its lr tuning included) depend only on its own seeds; with
+``--replace``, methods rerun later (``b.json``) replace theirs in an earlier
+file (``a.json`` may itself be a merged file). The
 inputs must be files of ``rl.py`` or ``supervised.py`` with the same runner,
 preset, metric, machine and configuration; only the per-method parts of the
 configuration (``methods``, ``chosen_lr``, ``tuning``,
-``evaluations_per_round``) may differ, and no (task, N, method) may appear in
-two inputs. The output holds the records and summary rows of every input, with
+``evaluations_per_round``) and how each input ran (``workers``; an input that
+was itself merged keeps its ``merged_from`` and ``note``) may differ, and no
+(task, N, method) may appear in two inputs. The output holds the records and summary rows of every input, with
 the speedups recomputed over all methods (``records.add_speedups``), the
 latest input date, and ``config.merged_from`` naming each input's command.
 ``--note`` adds a remark (e.g. how the inputs shared the machine) that
@@ -34,6 +37,9 @@ from plots import Results, ResultsError, load_results  # noqa: E402
 MERGEABLE_RUNNERS = ("rl", "supervised")
 SAME_TOP_LEVEL = ("runner", "preset", "metric", "goal", "machine")
 PER_METHOD_CONFIG = ("methods", "chosen_lr", "tuning", "evaluations_per_round")
+# How each input ran, not what it measured: they may differ (rounds are unaffected; seconds
+# are per input anyway), and a merged input's history is carried over.
+PER_INPUT_CONFIG = ("workers", "merged_from", "note")
 
 
 def settings_of(data: dict[str, Any]) -> set[tuple[str, int, str]]:
@@ -57,7 +63,7 @@ def check_mergeable(inputs: list[Results]) -> None:
                                    f"{first.path} has {first.data[key]!r}")
         mine, theirs = first.data["config"], other.data["config"]
         for key in sorted(set(mine) | set(theirs)):
-            if key in PER_METHOD_CONFIG:
+            if key in PER_METHOD_CONFIG or key in PER_INPUT_CONFIG:
                 continue
             if mine.get(key) != theirs.get(key):
                 raise ResultsError(f"{other.path}: config '{key}' is {theirs.get(key)!r}, but "
@@ -86,15 +92,52 @@ def merged_config(inputs: list[Results], note: str | None) -> dict[str, Any]:
     config["evaluations_per_round"] = {
         n: {m: per_method[m] for m in config["methods"] if m in per_method}
         for n, per_method in budgets.items()}
-    config["merged_from"] = [{"file": r.path.name, "command": r.data["command"], "date": r.data["date"],
-                              "methods": r.data["config"]["methods"]} for r in inputs]
-    if note:
-        config["note"] = note
+    merged_from: list[dict[str, Any]] = []
+    for r in inputs:  # an input that was itself merged contributes its own inputs
+        merged_from += r.data["config"].get("merged_from") or [
+            {"file": r.path.name, "command": r.data["command"], "date": r.data["date"],
+             "methods": r.data["config"]["methods"], "workers": r.data["config"].get("workers")}]
+    config["merged_from"] = merged_from
+    workers = {r.data["config"].get("workers") for r in inputs}
+    if len(workers) > 1:
+        config["workers"] = "per input (merged_from)"
+    notes = [n for n in [*(r.data["config"].get("note") for r in inputs), note] if n]
+    config.pop("note", None)
+    if notes:
+        config["note"] = "; ".join(dict.fromkeys(notes))
     return config
 
 
-def merge(inputs: list[Results], note: str | None = None) -> dict[str, Any]:
-    """One optex-bench/1 document holding every input (see the module docstring)."""
+def without_methods(results: Results, methods: set[str]) -> Results:
+    """A copy of `results` without the records, summary rows and per-method config of `methods`."""
+    data = dict(results.data)
+    data["records"] = [r for r in data["records"] if r["method"] not in methods]
+    data["summary"] = [r for r in data["summary"] if r["method"] not in methods]
+    config = dict(data["config"])
+    config["methods"] = [m for m in config["methods"] if m not in methods]
+    for key in ("chosen_lr", "tuning"):
+        config[key] = [e for e in config.get(key, []) if e["method"] not in methods]
+    config["evaluations_per_round"] = {
+        n: {m: v for m, v in per.items() if m not in methods}
+        for n, per in config.get("evaluations_per_round", {}).items()}
+    data["config"] = config
+    return Results(results.path, data)
+
+
+def replaced(inputs: list[Results]) -> list[Results]:
+    """The inputs with every method a later input reruns taken out of the earlier ones."""
+    out: list[Results] = []
+    for k, results in enumerate(inputs):
+        later = {m for r in inputs[k + 1:] for m in r.data["config"]["methods"]}
+        out.append(without_methods(results, later))
+    return out
+
+
+def merge(inputs: list[Results], note: str | None = None, replace: bool = False) -> dict[str, Any]:
+    """One optex-bench/1 document holding every input (see the module docstring); with
+    `replace`, a method in a later input replaces the same method in earlier ones."""
+    if replace:
+        inputs = replaced(inputs)
     check_mergeable(inputs)
     first = inputs[0].data
     summary = [dict(row) for r in inputs for row in r.data["summary"]]
@@ -112,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", help="results files of one runner (.json or .json.gz)")
     parser.add_argument("--out", required=True, help="the merged file (.json, or .json.gz to compress)")
     parser.add_argument("--note", help="a remark stored as config.note and printed by report.py")
+    parser.add_argument("--replace", action="store_true",
+                        help="a method rerun in a later input replaces it in the earlier ones")
     args = parser.parse_args(argv)
     try:
         inputs = load_results(args.results)
-        doc = merge(inputs, args.note)
+        doc = merge(inputs, args.note, args.replace)
     except ResultsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

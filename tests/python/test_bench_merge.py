@@ -142,3 +142,24 @@ def test_report_prints_the_note(parts, tmp_path) -> None:
     page = tmp_path / "RESULTS.md"
     assert report.main([str(out), "--figures", str(tmp_path / "figures"), "--out", str(page)]) == 0
     assert "- Note: shared the 2 cores" in page.read_text()
+
+
+def test_a_rerun_replaces_the_method_only_with_replace() -> None:
+    old = synthetic("old.json", {"vanilla": 40.0, "optex_default": 30.0}, workers=2,
+                    merged_from=[{"file": "x.json", "command": "c", "date": "d", "methods": []}],
+                    note="two processes")
+    rerun = synthetic("new.json", {"optex_default": 20.0, "optex_adaptive": 10.0}, workers=1)
+    with pytest.raises(ResultsError, match="holds optex_default on t with N = 4"):
+        merge.merge([old, rerun])
+    doc = merge.merge([old, rerun], note="rerun", replace=True)
+    by_method = {row["method"]: row for row in doc["summary"]}
+    assert by_method["optex_default"]["rounds_to_target"]["median"] == 20.0
+    assert len([r for r in doc["records"] if r["method"] == "optex_default"]) == 1
+    assert by_method["vanilla"]["rounds_to_target"]["median"] == 40.0
+    config = doc["config"]
+    assert config["methods"] == ["vanilla", "optex_default", "optex_adaptive"]
+    assert [m["file"] for m in config["merged_from"]] == ["x.json", "new.json"]
+    assert config["workers"] == "per input (merged_from)"
+    assert config["note"] == "two processes; rerun"
+    # The inputs are not modified.
+    assert [r["method"] for r in old.data["summary"]] == ["vanilla", "optex_default"]
