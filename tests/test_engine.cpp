@@ -251,7 +251,7 @@ TEST(EngineSemantics, DefaultOptionsAlsoStepWithThePredictedGradients) {
   const std::vector<float> x0 = UniformStart(16, 22);
   Options o;
   o.parallelism = 3;
-  o.history = 8;                             // wraps during the run
+  o.history = 8;                                // wraps during the run
   o.continue_from = optex::ContinueFrom::last;  // the rule the hand computation follows
   for (const Optimizer& opt : BaseOptimizers()) {
     SCOPED_TRACE(Name(opt));
