@@ -345,11 +345,15 @@ int Engine::commit_point(Batch& chain, std::span<char> admissible) {
   // lowest loss first (the later point on a tie); a candidate whose step
   // overflows is dropped like a non-finite pair.
   const int n = chain.size();
-  std::vector<int> order(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = n - 1 - i;
+  std::vector<int> order;  // admissible points only: their losses are finite
+  for (int i = n - 1; i >= 0; --i) {
+    if (admissible[static_cast<std::size_t>(i)]) order.push_back(i);
+  }
   if (options_.continue_from == ContinueFrom::best_loss) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return chain.loss(a) < chain.loss(b); });
+    // A total order (ties to the later point) without std::stable_sort's temporary buffer.
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return chain.loss(a) != chain.loss(b) ? chain.loss(a) < chain.loss(b) : a > b;
+    });
   }
   for (int i : order) {
     char& ok = admissible[static_cast<std::size_t>(i)];
