@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 
 namespace optex::problems {
 
-class Ellipsoid {
+class Ellipsoid : public ProblemBase<Ellipsoid> {
  public:
   explicit Ellipsoid(double condition_number) : kappa_(Checked(condition_number)) {}
 
@@ -40,32 +41,13 @@ class Ellipsoid {
     return Curvature(i, d);
   }
 
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
-  void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
-    detail::check_dimension("x", x.size());
-    detail::check_gradient(x, g);
-    return Compute(x, g);
-  }
-
-  // x_i = 1: f = (1/2) sum lambda_i, the gradient is the curvatures.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 1.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
-
  private:
+  friend class ProblemBase<Ellipsoid>;
+  // standard_start: every x_i = 1, so f = (1/2) sum lambda_i and the gradient is the
+  // curvatures; the minimizer is the origin, the minimum 0.
+  static constexpr float kStartValue = 1.0f;
+  static constexpr float kMinimizerValue = 0.0f;
+
   static double Checked(double kappa) {
     if (!(std::isfinite(kappa) && kappa >= 1.0)) {
       throw std::invalid_argument("condition_number: must be finite and >= 1, got " +

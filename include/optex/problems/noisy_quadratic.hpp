@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "optex/problems/domain.hpp"
+#include "optex/problems/problem_base.hpp"
 #include "optex/random.hpp"
 
 namespace optex::problems {
 
-class NoisyQuadratic {
+class NoisyQuadratic : public ProblemBase<NoisyQuadratic> {
  public:
   // sigma = 1: the noise covariance is H itself, the model's usual scale.
   explicit NoisyQuadratic(double sigma = 1.0, std::uint64_t seed = 0)
@@ -41,11 +42,7 @@ class NoisyQuadratic {
   // h_i = 1 / (i + 1) for the 0-based coordinate i.
   static double curvature(std::size_t i) { return 1.0 / static_cast<double>(i + 1); }
 
-  // The exact loss: only gradients are noisy.
-  double Evaluate(std::span<const float> x) const {
-    detail::check_dimension("x", x.size());
-    return Compute(x, {});
-  }
+  // Evaluate (from ProblemBase) is the exact loss: only gradients are noisy.
   void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
   // Noise keyed on (seed, the bytes of x); -0.0 and 0.0 are different points here.
   double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
@@ -60,21 +57,13 @@ class NoisyQuadratic {
     return Compute(x, g, mix_seed(seed_, evaluation_seed));
   }
 
-  // x_i = 1: f = (1/2) sum 1/i, and the expected gradient is the curvatures.
-  std::vector<float> standard_start(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 1.0f);
-  }
-  std::vector<float> minimizer(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return std::vector<float>(d, 0.0f);
-  }
-  double minimum(std::size_t d) const {
-    detail::check_dimension("d", d);
-    return 0.0;
-  }
-
  private:
+  friend class ProblemBase<NoisyQuadratic>;
+  // standard_start: every x_i = 1, so f = (1/2) sum 1/i and the expected gradient is
+  // the curvatures; the minimizer is the origin, the minimum 0.
+  static constexpr float kStartValue = 1.0f;
+  static constexpr float kMinimizerValue = 0.0f;
+
   static double CheckedSigma(double sigma) {
     if (!(std::isfinite(sigma) && sigma >= 0.0)) {
       throw std::invalid_argument("sigma: must be finite and >= 0, got " + std::to_string(sigma));

@@ -14,8 +14,9 @@ namespace optex::problems {
 // Provides Evaluate, Gradient, EvaluateWithGradient, standard_start, minimizer and
 // minimum, with the input checks, for a Derived that declares (privately, with
 // `friend class ProblemBase<Derived>;`):
-//   static double Compute(std::span<const float> x, std::span<float> g);
-//       f at x and, when g is non-empty, its gradient written to g. All three
+//   double Compute(std::span<const float> x, std::span<float> g) [const, or static];
+//       f at x and, when g is non-empty, its gradient written to g (a member when
+//       the formula has parameters, such as Ellipsoid's kappa). All three
 //       evaluation entry points come here, so EvaluateWithGradient agrees bit for
 //       bit with Evaluate + Gradient.
 //   static constexpr float kStartValue;      every x_i of standard_start(d)
@@ -28,13 +29,13 @@ class ProblemBase {
  public:
   double Evaluate(std::span<const float> x) const {
     CheckDim("x", x.size());
-    return Derived::Compute(x, {});
+    return self().Compute(x, {});
   }
   void Gradient(std::span<const float> x, std::span<float> g) const { EvaluateWithGradient(x, g); }
   double EvaluateWithGradient(std::span<const float> x, std::span<float> g) const {
     CheckDim("x", x.size());
     detail::check_gradient(x, g);
-    return Derived::Compute(x, g);
+    return self().Compute(x, g);
   }
 
   std::vector<float> standard_start(std::size_t d) const {
@@ -51,6 +52,8 @@ class ProblemBase {
   }
 
  protected:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+
   // Defaults, overridable in Derived: the smallest dimension accepted, and why (put
   // in the error message when non-empty); the minimum value per coordinate, so that
   // minimum(d) = kMinimumPerDim * d.
