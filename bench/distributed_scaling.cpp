@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "list_flag.hpp"
+#include "number_text.hpp"
 #include "output_file.hpp"
 
 namespace {
@@ -84,14 +85,8 @@ std::pair<double, double> time_iterations(optex::DistributedEngine& engine, cons
 std::vector<std::size_t> parse_dims(const std::string& list) {
   std::vector<std::size_t> dims;
   for (const std::string& item : optex_bench::split_list("--comm-dims", list)) {
-    std::size_t used = 0;
-    double v = 0.0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || !(v >= 1.0 && v <= 1e12) || v != std::floor(v)) {
+    const double v = optex_bench::whole_number(item).value_or(0.0);  // 0: refused below
+    if (!(v >= 1.0 && v <= 1e12) || v != std::floor(v)) {
       throw std::invalid_argument("--comm-dims: item '" + item + "' of '" + list +
                                   "' is not an integer in [1, 1e12]");
     }

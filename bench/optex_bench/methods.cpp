@@ -8,8 +8,11 @@
 #include <optex/data_parallel.hpp>  // minibatch_seed
 #include <optex/engine.hpp>
 #include <optex/random.hpp>
+#include <optional>
 #include <stdexcept>
 #include <utility>
+
+#include "../number_text.hpp"
 
 namespace optex_bench {
 namespace {
@@ -45,18 +48,12 @@ constexpr double kOff = std::numeric_limits<double>::infinity();
 
 double parse_number(std::string_view method, std::string_view key, std::string_view text) {
   const std::string s(text);
-  std::size_t used = 0;
-  double v = 0.0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty() || !std::isfinite(v)) {
+  const std::optional<double> v = whole_number(s);
+  if (!v || !std::isfinite(*v)) {
     throw std::invalid_argument("method '" + std::string(method) + "': " + std::string(key) +
                                 " needs a number, got '" + s + "'");
   }
-  return v;
+  return *v;
 }
 
 [[noreturn]] void refuse_value(std::string_view method, std::string_view key,
