@@ -32,25 +32,6 @@
 
 namespace optex::test {
 
-// A stochastic least-squares-like objective: the exact gradient of
-// 0.5 sum_i w_i (x_i - 1)^2 plus noise that is a pure function of the
-// minibatch seed, so any rank evaluating (x, seed) gets the same bits.
-struct NoisyQuadratic {
-  double sigma = 0.05;
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g,
-                              std::uint64_t seed) const {
-    SplitMix64 rng(seed);
-    double f = 0.0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double w = 1.0 + static_cast<double>(i % 5);
-      const double r = static_cast<double>(x[i]) - 1.0;
-      f += 0.5 * w * r * r;
-      g[i] = static_cast<float>(w * r + sigma * rng.normal());
-    }
-    return f + sigma * rng.normal();
-  }
-};
-
 inline constexpr std::size_t kDim = 40;
 inline constexpr std::chrono::seconds kTestTimeout{30};
 

@@ -40,25 +40,7 @@ using namespace optex::test;
 constexpr std::size_t kDim = 30;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A quadratic whose gradient carries seeded noise of standard deviation sigma
-// per coordinate: each evaluation (each seed) sees its own noise.
-struct NoisyBowl {
-  double sigma = 0.0;
-  double EvaluateWithGradient(std::span<const float> x, std::span<float> g,
-                              std::uint64_t seed) const {
-    SplitMix64 rng(seed);
-    double f = 0.0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double w = 1.0 + static_cast<double>(i % 4);
-      const double r = static_cast<double>(x[i]) - 0.5;
-      f += 0.5 * w * r * r;
-      g[i] = static_cast<float>(w * r + sigma * rng.normal());
-    }
-    return f;
-  }
-};
-
-void EvaluateRows(const NoisyBowl& f, Batch& b) {
+void EvaluateRows(const NoisyQuadratic& f, Batch& b) {
   for (int r = 0; r < b.size(); ++r)
     b.loss(r) = f.EvaluateWithGradient(b.point(r), b.grad(r), b.seed(r));
 }
@@ -72,7 +54,7 @@ Options With(int n, int evaluations_per_point, std::uint64_t seed = 3) {
 // ---- points with several evaluations --------------------------------------------------
 
 TEST(PointEvaluations, RowsOfAPointAreOnePointWithTheirOwnSeeds) {
-  const NoisyBowl f{.sigma = 0.3};
+  const NoisyQuadratic f{.sigma = 0.3};
   Engine e(UniformStart(kDim, 1), Adam{.lr = 0.02}, With(6, 3));
   for (int t = 0; t < 5; ++t) {
     Batch& b = e.ask();
@@ -96,7 +78,7 @@ TEST(PointEvaluations, RowsOfAPointAreOnePointWithTheirOwnSeeds) {
 // The history holds each point's mean gradient: the rows summed in double in
 // row order, divided by the count.
 TEST(PointEvaluations, ThePointsGradientIsTheMeanOfItsRows) {
-  const NoisyBowl f{.sigma = 0.5};
+  const NoisyQuadratic f{.sigma = 0.5};
   Engine e(UniformStart(kDim, 2), Sgd{.lr = 0.05}, With(4, 2));
   Batch& b = e.ask();
   EvaluateRows(f, b);
@@ -112,7 +94,7 @@ TEST(PointEvaluations, ThePointsGradientIsTheMeanOfItsRows) {
 // P = 1: every evaluation at the iterate, and the step is the base
 // optimizer's with the mean gradient: N x minibatch, bit for bit.
 TEST(PointEvaluations, OnePointIsTheMeanGradientStepBitForBit) {
-  const NoisyBowl f{.sigma = 0.4};
+  const NoisyQuadratic f{.sigma = 0.4};
   const std::vector<float> x0 = UniformStart(kDim, 4);
   for (const Optimizer& optimizer :
        {Optimizer{Adam{.lr = 0.03}}, Optimizer{Sgd{.lr = 0.05, .momentum = 0.9}}}) {
@@ -145,7 +127,7 @@ TEST(PointEvaluations, OnePointIsTheMeanGradientStepBitForBit) {
 // A chain with one evaluation per point and safeguards that never trigger is
 // the plain engine, bit for bit, in every observable.
 TEST(PointEvaluations, SafeguardsThatDoNotTriggerChangeNothing) {
-  const NoisyBowl f{.sigma = 0.05};
+  const NoisyQuadratic f{.sigma = 0.05};
   const std::vector<float> x0 = UniformStart(kDim, 5);
   Options plain = With(4, 1);
   plain.history = 8;
@@ -216,7 +198,7 @@ TEST(PosteriorVariance, NearTheNoiseAtHistoryPointsAndGrowingAway) {
 }
 
 TEST(PosteriorVariance, ReportedPerPointWhereTheGpPredicted) {
-  const NoisyBowl f;
+  const NoisyQuadratic f{.sigma = 0.0};
   Engine e(UniformStart(kDim, 6), Adam{.lr = 0.02}, With(4, 1));
   for (int t = 0; t < 6; ++t) {
     Batch& b = e.ask();
@@ -238,7 +220,7 @@ TEST(PosteriorVariance, ReportedPerPointWhereTheGpPredicted) {
 // ---- safeguards that trigger ----------------------------------------------------------
 
 TEST(Safeguards, AVarianceLimitEndsTheChainAndTheLastPointTakesTheEvaluations) {
-  const NoisyBowl f;
+  const NoisyQuadratic f{.sigma = 0.0};
   Options o = With(4, 1);
   o.max_posterior_variance = 1e-12;  // any point off the history is too uncertain
   Engine e(UniformStart(kDim, 7), Adam{.lr = 0.02}, o);
@@ -257,7 +239,7 @@ TEST(Safeguards, AVarianceLimitEndsTheChainAndTheLastPointTakesTheEvaluations) {
 }
 
 TEST(Safeguards, ATrustRegionEndsTheChainWhereItStrays) {
-  const NoisyBowl f;
+  const NoisyQuadratic f{.sigma = 0.0};
   Options o = With(4, 1);
   o.trust_region = 1e-6;  // no proxy point may move at all
   const std::vector<float> x0 = UniformStart(kDim, 8);
@@ -273,7 +255,7 @@ TEST(Safeguards, ATrustRegionEndsTheChainWhereItStrays) {
 }
 
 TEST(Safeguards, TheLengthscaleGuardBoundsEachSelection) {
-  const NoisyBowl f;
+  const NoisyQuadratic f{.sigma = 0.0};
   Options free = With(4, 1);
   free.lengthscale = 1e-3;  // far from what the selection wants
   Options held = free;
@@ -301,7 +283,7 @@ TEST(Safeguards, TheLengthscaleGuardBoundsEachSelection) {
 // Continue from the best loss: a round whose first point has the lowest loss
 // commits the base optimizer's step from that point with its own gradient.
 TEST(Safeguards, ContinueFromTheBestLossStepsFromTheBestPoint) {
-  const NoisyBowl f;
+  const NoisyQuadratic f{.sigma = 0.0};
   Options o = With(4, 1);
   o.continue_from = ContinueFrom::best_loss;
   const Optimizer optimizer = Adam{.lr = 0.02};
@@ -358,7 +340,7 @@ TEST(AdaptiveSplit, RestoreRefusesWhatNoRunReaches) {
 }
 
 TEST(AdaptiveStrategy, NoiseFreeGradientsKeepOneEvaluationPerPoint) {
-  const NoisyBowl f;  // sigma 0
+  const NoisyQuadratic f{.sigma = 0.0};
   Engine e(UniformStart(kDim, 11), Adam{.lr = 0.02}, Options::adaptive(4));
   int full_rounds = 0;
   for (int t = 0; t < 25; ++t) {
@@ -383,7 +365,7 @@ TEST(AdaptiveStrategy, NoiseFreeGradientsKeepOneEvaluationPerPoint) {
 }
 
 TEST(AdaptiveStrategy, NoiseDominatedGradientsGoToOnePoint) {
-  const NoisyBowl f{.sigma = 50.0};
+  const NoisyQuadratic f{.sigma = 50.0};
   Engine e(UniformStart(kDim, 12), Adam{.lr = 0.02}, Options::adaptive(4));
   int one_point_rounds = 0;
   for (int t = 0; t < 30; ++t) {
@@ -399,7 +381,7 @@ TEST(AdaptiveStrategy, NoiseDominatedGradientsGoToOnePoint) {
 // Same seed, same trajectory; and a checkpoint taken mid-run resumes the
 // strategy's state with the rest, bit for bit.
 TEST(AdaptiveStrategy, DeterministicAndResumedBitForBit) {
-  const NoisyBowl f{.sigma = 2.0};
+  const NoisyQuadratic f{.sigma = 2.0};
   ScratchDirectory dir("optex_test_point_evaluations");
   Options o = Options::adaptive(4);
   o.seed = 21;
@@ -487,7 +469,7 @@ TEST(PointEvaluationsBadInput, EveryBadOptionIsRefusedByName) {
 // A tell that cannot commit (every evaluation of every point non-finite)
 // changes nothing; a point with one bad evaluation keeps the mean of the others.
 TEST(PointEvaluationsBadInput, ARefusedTellChangesNothingAndBadRowsLeaveTheMean) {
-  const NoisyBowl f{.sigma = 0.2};
+  const NoisyQuadratic f{.sigma = 0.2};
   const std::vector<float> x0 = UniformStart(kDim, 15);
   Engine e(x0, Adam{.lr = 0.02}, With(4, 2));
   Engine twin(x0, Adam{.lr = 0.02}, With(4, 2));
