@@ -380,8 +380,13 @@ const IterationInfo& Engine::commit(Batch& batch) {
   }
   const int n = chain.size();
   const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(n));
-  // Which pairs may enter the history, and which point the commit steps from.
-  backend().check_gradients(chain, admissible);
+  // Which pairs may enter the history, and which point the commit steps from. A
+  // point's mean is of admissible rows only, so within the bound: its loss decides.
+  if (with_chain) {
+    std::fill(admissible.begin(), admissible.end(), 1);
+  } else {
+    backend().check_gradients(chain, admissible);
+  }
   for (int i = 0; i < n; ++i) {
     char& ok = admissible[static_cast<std::size_t>(i)];
     ok = ok && std::isfinite(chain.loss(i)) ? 1 : 0;
