@@ -54,7 +54,8 @@ CMAKE_BUILD_PARALLEL_LEVEL="$jobs" .venv/bin/python -m pip install --quiet \
   "${wheel_cmake[@]/#/--config-settings=}" --config-settings=cmake.define.OPTEX_WARNINGS_AS_ERRORS=ON \
   ".[test,bench,torch]"
 # The C++ programs some tests drive: the reference trajectory and optex-bench.
-OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
+# OPTEX_REQUIRE_TORCH=1: a test skipped for lack of PyTorch fails the run.
+OPTEX_REQUIRE_TORCH=1 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
   OPTEX_BENCH="$PWD/build/bench/optex-bench" \
   .venv/bin/python -m pytest tests/python -q -p no:cacheprovider -rs
 echo "Python step: $((SECONDS - python_start)) s"

@@ -90,3 +90,36 @@ def run_iterations(opt: optex.OptEx, problem: optex.problems.Problem, iterations
         losses, grads = problem.value_and_grad(points)
         infos.append(opt.tell(grads, losses))
     return infos
+
+
+# OPTEX_REQUIRE_TORCH=1 (scripts/test.sh sets it, and so CI): a test that skips
+# because PyTorch is missing fails the run instead, so that the torch tests
+# cannot go quietly unrun.
+_REQUIRE_TORCH = os.environ.get("OPTEX_REQUIRE_TORCH") == "1"
+_torch_skips: list[str] = []
+
+
+def _skipped_for_torch(report: pytest.CollectReport | pytest.TestReport) -> bool:
+    if not report.skipped:
+        return False
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return "pytorch" in reason.lower() or "no module named 'torch'" in reason.lower()
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if _REQUIRE_TORCH and _skipped_for_torch(report):
+        _torch_skips.append(report.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _REQUIRE_TORCH and _skipped_for_torch(report):
+        _torch_skips.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _torch_skips:
+        session.exitstatus = 1
+        print(
+            f"\nOPTEX_REQUIRE_TORCH=1, but {len(_torch_skips)} test(s) skipped for lack of PyTorch: "
+            + ", ".join(_torch_skips[:5])
+        )
