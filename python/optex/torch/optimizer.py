@@ -78,6 +78,16 @@ class OptEx(torch.optim.Optimizer):
     default) runs the engine where the parameters live: "cuda:k" for
     parameters on GPU k when ``optex.built_with_cuda()``, "cpu" otherwise.
 
+    **Seed.** ``seed``, the run's seed (the engine's per-evaluation seeds,
+    ``current_seed``, follow from it, and so do ``optex.torch.PointBatches``'
+    epochs), defaults to one draw from torch's default generator at
+    construction when neither ``seed`` nor ``options`` is given, as
+    DataLoader's RandomSampler draws its seed: ``torch.manual_seed(s)`` before
+    the construction repeats a run, and another ``s`` gives another. The draw
+    advances torch's default generator once; a construction that raises draws
+    nothing. With ``options`` and no ``seed``, the run's seed is
+    ``options.seed``. The property :attr:`seed` says which it is.
+
     **step(closure).** The closure protocol of ``torch.optim.LBFGS``: the
     closure zeroes the gradients, computes the loss, calls ``backward()`` and
     returns the loss. A step is one OptEx round: the engine's ``ask()`` gives N
@@ -275,6 +285,9 @@ class OptEx(torch.optim.Optimizer):
         # one-dimensional engine; the real one is created at the first step.
         _Engine(np.zeros(1, np.float32), _hyper.make_optimizer(self._kind, self.param_groups[0], where=""),
                 _hyper.options_on(self._options, self._engine_device()))
+        if seed is None and options is None:
+            # Last, so that a refused construction leaves torch's generator alone.
+            self._options.seed = int(torch.empty((), dtype=torch.int64).random_().item())
 
     # ------------------------------------------------------------------ properties
 
@@ -323,8 +336,9 @@ class OptEx(torch.optim.Optimizer):
 
     @property
     def seed(self) -> int:
-        """The run's seed (``optex.Options.seed``): ``seed=`` or ``options.seed``; a
-        checkpoint's after ``load_state_dict``."""
+        """The run's seed (``optex.Options.seed``): ``seed=``, ``options.seed``, or the
+        draw from torch's default generator at construction; a checkpoint's after
+        ``load_state_dict``."""
         return int(self._options.seed)
 
     @property

@@ -67,7 +67,8 @@ class PointBatches:
 
     **Seed.** ``seed`` (an int in [0, 2**64)) defaults to the optimizer's run
     seed (``optimizer.seed``, read at each call, so a ``load_state_dict`` that
-    brings another run's seed also brings its batches). The same seed gives the
+    brings another run's seed also brings its batches); the optimizer's run seed
+    itself follows ``torch.manual_seed`` unless given. The same seed gives the
     same batches, hence the same trajectory.
 
     **Use.** In the closure, ``inputs, labels = batches()`` (or
