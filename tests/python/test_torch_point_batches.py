@@ -5,12 +5,16 @@ number (rounds committed x N + row) alone.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); "
                                              "not installed here")
 
 from optex.torch import OptEx, PointBatches  # noqa: E402
+from test_torch import one_thread  # noqa: E402
 
 SAMPLES = 10
 
@@ -244,6 +248,74 @@ def test_iteration_counts_committed_rounds() -> None:
     assert run.opt.iteration == 0
     run.steps(3)
     assert run.opt.iteration == 3 == run.opt.engine.iteration
+
+
+# ---------------------------------------------------------------------------- torch.distributed
+
+DISTRIBUTED_N = 5  # over 2 ranks: rows 0-2 on rank 0, rows 3-4 on rank 1
+
+
+def distributed_run(rank: int) -> dict:
+    """A run with PointBatches and no seed=; the ranks draw different run seeds."""
+    torch.manual_seed(0)
+    model = make_model()
+    torch.manual_seed(100 + rank)
+    opt = OptEx(model.parameters(), lr=0.05, parallelism=DISTRIBUTED_N)
+    batches = PointBatches(opt, make_data(), 3)
+    seen = []
+
+    def closure():
+        inputs, targets, ids = batches()
+        seen.append((opt.iteration, opt.current_point, ids.tolist()))
+        loss = ((model(inputs) - targets) ** 2).mean()
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        opt.step(closure)
+    return {"x": flat(model), "seen": seen, "seed": opt.seed}
+
+
+def _distributed_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """One rank of the distributed test (spawned by torch.multiprocessing)."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.save(distributed_run(rank), os.path.join(out_dir, f"rank{rank}.pt"))
+        # No rank tears gloo down while the other is still in a collective.
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_batches_do_not_depend_on_the_ranks_sharing_the_rows(tmp_path: Path, monkeypatch) -> None:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("this torch has no torch.distributed with the gloo backend")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    mp.spawn(_distributed_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    with one_thread():
+        single = distributed_run(0)  # one process, rank 0's draw
+    # The ranks run rank 0's drawn seed...
+    assert ranks[0]["seed"] == ranks[1]["seed"] == single["seed"]
+    assert run_seed_of(101) != single["seed"]
+    # ... each evaluates its own rows, on the batches one process gives those rows...
+    assert {row for _, row, _ in ranks[0]["seen"]} == {0, 1, 2}
+    assert {row for _, row, _ in ranks[1]["seen"]} == {3, 4}
+    assert sorted(ranks[0]["seen"] + ranks[1]["seen"]) == sorted(single["seen"])
+    # ... and the run is the single-process one, bit for bit.
+    for result in ranks:
+        assert torch.equal(result["x"], single["x"])
+
+
+def run_seed_of(manual_seed: int) -> int:
+    torch.manual_seed(manual_seed)
+    return OptEx(make_model().parameters()).seed
 
 
 # ---------------------------------------------------------------------------- Datasets

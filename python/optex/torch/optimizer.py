@@ -86,7 +86,9 @@ class OptEx(torch.optim.Optimizer):
     the construction repeats a run, and another ``s`` gives another. The draw
     advances torch's default generator once; a construction that raises draws
     nothing. With ``options`` and no ``seed``, the run's seed is
-    ``options.seed``. The property :attr:`seed` says which it is.
+    ``options.seed``. Under torch.distributed the ranks run rank 0's drawn
+    seed, adopted at the first ``step`` with its start point. The property
+    :attr:`seed` says which it is.
 
     **step(closure).** The closure protocol of ``torch.optim.LBFGS``: the
     closure zeroes the gradients, computes the loss, calls ``backward()`` and
@@ -273,6 +275,7 @@ class OptEx(torch.optim.Optimizer):
         self._current_seed: int | None = None
         self._current_oracle_row: int | None = None
         self._iteration = 0  # rounds committed; readable while the engine is busy in ask()
+        self._seed_drawn = False  # from torch's generator: under torch.distributed, rank 0's wins
         self._constructed = False
 
         super().__init__(params, defaults)
@@ -288,6 +291,7 @@ class OptEx(torch.optim.Optimizer):
         if seed is None and options is None:
             # Last, so that a refused construction leaves torch's generator alone.
             self._options.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            self._seed_drawn = True
 
     # ------------------------------------------------------------------ properties
 
@@ -337,8 +341,8 @@ class OptEx(torch.optim.Optimizer):
     @property
     def seed(self) -> int:
         """The run's seed (``optex.Options.seed``): ``seed=``, ``options.seed``, or the
-        draw from torch's default generator at construction; a checkpoint's after
-        ``load_state_dict``."""
+        draw from torch's default generator at construction (under torch.distributed,
+        rank 0's from the first step on); a checkpoint's after ``load_state_dict``."""
         return int(self._options.seed)
 
     @property
@@ -437,11 +441,16 @@ class OptEx(torch.optim.Optimizer):
         x0 = layout.flatten()
         ranks = self._ranks()
         if ranks is not None:
+            if self._seed_drawn:
+                # Each rank drew its own seed; the run takes rank 0's, as it takes its start.
+                seed = torch.tensor([options.seed], dtype=torch.int64)
+                options.seed = int(ranks.broadcast_start(seed)[0])
             self._agree(ranks, optimizer, options, layout.dim)
             x0 = ranks.broadcast_start(x0)
             layout.write(x0)
         self._layout = layout
         self._engine = _Engine(x0.cpu().numpy(), optimizer, options)
+        self._options.seed = options.seed
         self._iterate = x0
 
     def _follow_schedule(self, optimizer: _hyper.EngineOptimizer) -> None:
