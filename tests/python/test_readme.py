@@ -1,24 +1,29 @@
-"""The README's Python quickstart runs as written: every ```python block of its
-"## Python quickstart" section, in order, each as a script of its own."""
+"""The README's Python examples run as written: every ```python block of its
+"## Python quickstart" section, in order, each as a script of its own; and the
+lines that its "## PyTorch" section shows of examples/torch_digits.py are the
+example's, which reaches its target in its quick mode and prints its table."""
 
 from __future__ import annotations
 
 import re
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
 
-SECTION = "## Python quickstart"
+QUICKSTART = "## Python quickstart"
+PYTORCH = "## PyTorch"
+TORCH_EXAMPLE = REPO_ROOT / "examples" / "torch_digits.py"
 
 
-def quickstart_blocks(path: Path) -> list[str]:
+def python_blocks(path: Path, heading: str) -> list[str]:
     """The ```python blocks after the section heading, before the next section."""
     text = path.read_text(encoding="utf-8")
-    start = text.find(SECTION)
-    assert start >= 0, f"{path.name} has no '{SECTION}' section"
-    section = text[start + len(SECTION):]
+    start = text.find(heading + "\n")
+    assert start >= 0, f"{path.name} has no '{heading}' section"
+    section = text[start + len(heading):]
     next_section = re.search(r"^## ", section, flags=re.MULTILINE)
     if next_section:
         section = section[: next_section.start()]
@@ -26,15 +31,55 @@ def quickstart_blocks(path: Path) -> list[str]:
 
 
 def test_the_quickstart_has_its_examples() -> None:
-    assert len(quickstart_blocks(REPO_ROOT / "README.md")) == 2
+    assert len(python_blocks(REPO_ROOT / "README.md", QUICKSTART)) == 2
 
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_quickstart_block_runs(index: int, tmp_path: Path, monkeypatch) -> None:
-    code = quickstart_blocks(REPO_ROOT / "README.md")[index]
+    code = python_blocks(REPO_ROOT / "README.md", QUICKSTART)[index]
     # A file of its own, run as __main__: worker processes (spawn) re-import it
     # by path, as they would the user's script.
     script = tmp_path / f"quickstart_{index}.py"
     script.write_text(code, encoding="utf-8")
     monkeypatch.chdir(tmp_path)  # where the example writes its checkpoint
     runpy.run_path(str(script), run_name="__main__")
+
+
+def code_lines(text: str) -> list[str]:
+    """The code of each line, without its indentation and trailing comment; blank lines dropped."""
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def test_the_pytorch_section_shows_lines_of_the_example() -> None:
+    # The first block is a script of its own (test_torch.py runs it); the second shows the example.
+    blocks = python_blocks(REPO_ROOT / "README.md", PYTORCH)
+    assert len(blocks) == 2
+    example = set(code_lines(TORCH_EXAMPLE.read_text(encoding="utf-8")))
+    shown = code_lines(blocks[1])
+    assert len(shown) >= 10
+    assert [line for line in shown if line not in example] == []
+
+
+def test_the_torch_example_reaches_its_quick_target(monkeypatch, capsys) -> None:
+    torch = pytest.importorskip("torch", reason="the example needs PyTorch (pip install torch)")
+    pytest.importorskip("sklearn", reason="the example needs scikit-learn (pip install scikit-learn)")
+    monkeypatch.setattr(sys, "argv", [str(TORCH_EXAMPLE), "--quick"])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(TORCH_EXAMPLE), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the example sets its own
+    out = capsys.readouterr().out.splitlines()
+    assert "target test accuracy 90%" in out[0] and "1297 training / 500 test images" in out[0]
+    assert out[1].split() == ["method", "rows", "x", "batch", "rounds", "gradient", "rows", "samples",
+                              "wall-clock", "s"]
+    rows = {}
+    for line in out[2:]:
+        match = re.fullmatch(r"(.+?)\s+(\d+) x (\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)", line)
+        assert match, f"not a row of a method that reached the target: {line!r}"
+        name, per_round, batch, rounds, evaluated, samples, seconds = match.groups()
+        assert int(evaluated) == int(rounds) * int(per_round) and int(samples) == int(evaluated) * int(batch)
+        assert 0 < int(rounds) <= 400 and float(seconds) > 0
+        rows[name] = (int(per_round), int(batch))
+    assert rows == {"OptEx N=4, Adam": (4, 32), "Adam": (1, 32), "Adam, 4x batch": (1, 128)}

@@ -22,7 +22,8 @@ commits the new iterate, which ``step`` writes into the parameters.
 This package needs PyTorch; ``import optex`` does not import it (``optex.torch``
 imports it when first accessed). Everything here is pure Python on top of the
 compiled engine ``optex.OptEx``, one concern per module: optimizer.py (the
-``OptEx`` facade), hyperparameters.py, layout.py (the flat parameter vector),
+``OptEx`` facade), point_batches.py (``PointBatches``: a minibatch for every
+evaluation), hyperparameters.py, layout.py (the flat parameter vector),
 closure.py and exchange.py (torch.distributed).
 """
 
@@ -39,5 +40,6 @@ except ImportError as _error:  # pragma: no cover - exercised by a subprocess te
     ) from _error
 
 from .optimizer import OptEx
+from .point_batches import PointBatches
 
-__all__ = ["OptEx"]
+__all__ = ["OptEx", "PointBatches"]

@@ -9,6 +9,7 @@ a point), exchange.py (torch.distributed).
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Iterable
@@ -77,6 +78,18 @@ class OptEx(torch.optim.Optimizer):
     default) runs the engine where the parameters live: "cuda:k" for
     parameters on GPU k when ``optex.built_with_cuda()``, "cpu" otherwise.
 
+    **Seed.** ``seed``, the run's seed (the engine's per-evaluation seeds,
+    ``current_seed``, follow from it, and so do ``optex.torch.PointBatches``'
+    epochs), defaults to one draw from torch's default generator at
+    construction when neither ``seed`` nor ``options`` is given, as
+    DataLoader's RandomSampler draws its seed: ``torch.manual_seed(s)`` before
+    the construction repeats a run, and another ``s`` gives another. The draw
+    advances torch's default generator once; a construction that raises draws
+    nothing. With ``options`` and no ``seed``, the run's seed is
+    ``options.seed``. Under torch.distributed the ranks run rank 0's drawn
+    seed, adopted at the first ``step`` with its start point. The property
+    :attr:`seed` says which it is.
+
     **step(closure).** The closure protocol of ``torch.optim.LBFGS``: the
     closure zeroes the gradients, computes the loss, calls ``backward()`` and
     returns the loss. A step is one OptEx round: the engine's ``ask()`` gives N
@@ -92,7 +105,9 @@ class OptEx(torch.optim.Optimizer):
     (``last_info.loss``) as a 0-dim tensor. While the closure runs,
     :attr:`current_point` and :attr:`current_seed` say which of the N
     evaluations (batch rows) it is computing and that evaluation's own
-    reproducible seed (for its minibatch).
+    reproducible seed (for its minibatch). A closure that takes its batch
+    from a loop outside ``step`` gives all N evaluations the same batch;
+    ``optex.torch.PointBatches`` gives each its own.
     Without torch.distributed, the N evaluations run one after the other in
     this process: the trajectory is OptEx's (fewer rounds), the wall-clock
     speedup needs N workers (see below). After ``step``, ``.grad`` holds the
@@ -258,6 +273,9 @@ class OptEx(torch.optim.Optimizer):
         self._last_info: IterationInfo | None = None
         self._current_point: int | None = None
         self._current_seed: int | None = None
+        self._current_oracle_row: int | None = None
+        self._iteration = 0  # rounds committed; readable while the engine is busy in ask()
+        self._seed_drawn = False  # from torch's generator: under torch.distributed, rank 0's wins
         self._constructed = False
 
         super().__init__(params, defaults)
@@ -270,6 +288,10 @@ class OptEx(torch.optim.Optimizer):
         # one-dimensional engine; the real one is created at the first step.
         _Engine(np.zeros(1, np.float32), _hyper.make_optimizer(self._kind, self.param_groups[0], where=""),
                 _hyper.options_on(self._options, self._engine_device()))
+        if seed is None and options is None:
+            # Last, so that a refused construction leaves torch's generator alone.
+            self._options.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            self._seed_drawn = True
 
     # ------------------------------------------------------------------ properties
 
@@ -303,8 +325,34 @@ class OptEx(torch.optim.Optimizer):
 
     @property
     def parallelism(self) -> int:
-        """N, the number of points of each round."""
-        return int(self._engine.parallelism if self._engine is not None else self._options.parallelism)
+        """N, the number of evaluations (batch rows) of each round."""
+        # The options hold the engine's N (load_state_dict takes the checkpoint's), and
+        # stay readable while the engine is busy calling the proxy='target' oracle.
+        return int(self._options.parallelism)
+
+    # -- read by optex.torch.PointBatches (the evaluation numbering) --
+
+    @property
+    def iteration(self) -> int:
+        """The rounds committed so far (0 before the first step; a step that raised
+        commits nothing). Inside ``step`` it is the number of the round being computed."""
+        return self._iteration
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (``optex.Options.seed``): ``seed=``, ``options.seed``, or the
+        draw from torch's default generator at construction (under torch.distributed,
+        rank 0's from the first step on); a checkpoint's after ``load_state_dict``."""
+        return int(self._options.seed)
+
+    @property
+    def current_oracle_row(self) -> int | None:
+        """During a proxy='target' oracle call inside ``step``: the first batch row of
+        the point whose true gradient the engine is asking for (points are asked in
+        order, before their rows are evaluated). None otherwise."""
+        return self._current_oracle_row
+
+    # -- end of PointBatches' properties --
 
     # ------------------------------------------------------------------ param groups
 
@@ -393,11 +441,16 @@ class OptEx(torch.optim.Optimizer):
         x0 = layout.flatten()
         ranks = self._ranks()
         if ranks is not None:
+            if self._seed_drawn:
+                # Each rank drew its own seed; the run takes rank 0's, as it takes its start.
+                seed = torch.tensor([options.seed], dtype=torch.int64)
+                options.seed = int(ranks.broadcast_start(seed)[0])
             self._agree(ranks, optimizer, options, layout.dim)
             x0 = ranks.broadcast_start(x0)
             layout.write(x0)
         self._layout = layout
         self._engine = _Engine(x0.cpu().numpy(), optimizer, options)
+        self._options.seed = options.seed
         self._iterate = x0
 
     def _follow_schedule(self, optimizer: _hyper.EngineOptimizer) -> None:
@@ -415,17 +468,17 @@ class OptEx(torch.optim.Optimizer):
                 f"({self._engine.optimizer!r}) cannot take: {error}"
             ) from None
 
-    def _oracle(self, closure: Closure, seed: int, x: np.ndarray) -> tuple[float, np.ndarray]:
+    def _oracle(self, closure: Closure, seed: int, row: int, x: np.ndarray) -> tuple[float, np.ndarray]:
         """The true gradient for proxy='target', called by the engine inside ask()
-        (`seed`: the run's seed)."""
+        (`seed`: the run's seed; `row`: the first batch row of the point `x`)."""
         assert self._layout is not None
         point = torch.from_numpy(x).to(self._layout.device)
         grad = torch.empty_like(point)
-        self._current_point, self._current_seed = None, seed
+        self._current_point, self._current_seed, self._current_oracle_row = None, seed, row
         try:
             _, loss = evaluate(closure, self._layout, point, grad)
         finally:
-            self._current_point = self._current_seed = None
+            self._current_point = self._current_seed = self._current_oracle_row = None
         return loss, grad.cpu().numpy()
 
     # ------------------------------------------------------------------ step
@@ -466,7 +519,9 @@ class OptEx(torch.optim.Optimizer):
         target = engine.options.proxy == "target"
         if target:
             run_seed = int(engine.options.seed)
-            engine.set_gradient_oracle(lambda x: self._oracle(closure, run_seed, x))
+            # The engine asks for the points in order, once each per round.
+            oracle_rows = itertools.count(0, int(engine.options.evaluations_per_point))
+            engine.set_gradient_oracle(lambda x: self._oracle(closure, run_seed, next(oracle_rows), x))
         try:
             points = torch.from_dlpack(engine.device_points())
         finally:
@@ -525,6 +580,7 @@ class OptEx(torch.optim.Optimizer):
             torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
         info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite)
         self._last_info = info
+        self._iteration = int(engine.iteration)
 
         # A copy: the engine rewrites its iterate in place at the next commit.
         self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
@@ -600,6 +656,7 @@ class OptEx(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         self.state.clear()
         self._engine, self._layout, self._last_info = engine, layout, None
+        self._iteration = 0 if engine is None else int(engine.iteration)
         if engine is None:
             self._iterate = None
             return
