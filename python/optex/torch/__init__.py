@@ -23,7 +23,8 @@ This package needs PyTorch; ``import optex`` does not import it (``optex.torch``
 imports it when first accessed). Everything here is pure Python on top of the
 compiled engine ``optex.OptEx``, one concern per module: optimizer.py (the
 ``OptEx`` facade), hyperparameters.py, layout.py (the flat parameter vector),
-closure.py and exchange.py (torch.distributed).
+closure.py, batched.py (``BatchedClosure``: the N evaluations of a round in one
+vectorized call) and exchange.py (torch.distributed).
 """
 
 try:
@@ -38,6 +39,7 @@ except ImportError as _error:  # pragma: no cover - exercised by a subprocess te
         "the rest of optex (optex.OptEx, optex.minimize) works without it."
     ) from _error
 
+from .batched import BatchedClosure
 from .optimizer import OptEx
 
-__all__ = ["OptEx"]
+__all__ = ["BatchedClosure", "OptEx"]
