@@ -441,7 +441,9 @@ class OptEx(torch.optim.Optimizer):
         closure's loss at the committed point; under torch.distributed, a rank
         that did not evaluate that point gets the gathered value (a 0-dim tensor
         of the dtype and device of its own losses, or a float). A point evaluated
-        several times returns the mean of its losses in that form.
+        several times returns the mean of its losses in that form. An
+        ``optex.torch.BatchedClosure`` (with ``vectorize=True``) is instead evaluated at
+        all of these points in one vectorized call.
 
         Raises ValueError without a closure or when the closure returns no scalar
         loss; RuntimeError when the parameters or hyperparameters were changed
