@@ -23,8 +23,10 @@ This package needs PyTorch; ``import optex`` does not import it (``optex.torch``
 imports it when first accessed). Everything here is pure Python on top of the
 compiled engine ``optex.OptEx``, one concern per module: optimizer.py (the
 ``OptEx`` facade), point_batches.py (``PointBatches``: a minibatch for every
-evaluation), hyperparameters.py, layout.py (the flat parameter vector),
-closure.py and exchange.py (torch.distributed).
+evaluation), batched.py (``BatchedClosure``: the N evaluations of a round in one
+vectorized call), hyperparameters.py, layout.py (the flat parameter vector),
+trainable.py (which parameters the engine optimizes), committed_buffers.py,
+checkpoint.py (``state_dict``), closure.py and exchange.py (torch.distributed).
 """
 
 try:
@@ -39,7 +41,8 @@ except ImportError as _error:  # pragma: no cover - exercised by a subprocess te
         "the rest of optex (optex.OptEx, optex.minimize) works without it."
     ) from _error
 
+from .batched import BatchedClosure
 from .optimizer import OptEx
 from .point_batches import PointBatches
 
-__all__ = ["OptEx", "PointBatches"]
+__all__ = ["BatchedClosure", "OptEx", "PointBatches"]

@@ -21,6 +21,7 @@ import torch
 from .._optex import IterationInfo, Options, built_with_cuda
 from .._optex import OptEx as _Engine
 from . import hyperparameters as _hyper
+from .batched import BatchedClosure
 from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
 from .exchange import Ranks, distributed_available, distributed_enabled
 from .layout import FlatLayout
@@ -493,7 +494,9 @@ class OptEx(torch.optim.Optimizer):
         closure's loss at the committed point; under torch.distributed, a rank
         that did not evaluate that point gets the gathered value (a 0-dim tensor
         of the dtype and device of its own losses, or a float). A point evaluated
-        several times returns the mean of its losses in that form.
+        several times returns the mean of its losses in that form. An
+        ``optex.torch.BatchedClosure`` (with ``vectorize=True``) is instead evaluated at
+        all of these points in one vectorized call.
 
         Raises ValueError without a closure or when the closure returns no scalar
         loss; RuntimeError when the parameters or hyperparameters were changed
@@ -501,6 +504,8 @@ class OptEx(torch.optim.Optimizer):
         and the round stays pending: the next ``step`` evaluates the same points.
         """
         check_closure(closure)
+        if isinstance(closure, BatchedClosure):
+            closure._bind_to(self)  # its sequential form evaluates this optimizer's current_point
         optimizer = _hyper.shared_optimizer(self._kind, self.param_groups)
         if self._engine is None:
             self._create_engine(optimizer)
@@ -549,25 +554,35 @@ class OptEx(torch.optim.Optimizer):
         results: dict[int, Any] = {}
         failure: BaseException | None = None
         try:
-            for k, i in enumerate(mine):
-                if scratch_point is not None:
-                    scratch_point.copy_(points[i])
-                    point = scratch_point
-                else:
-                    point = points[i]
-                out = grads_local[k] if scratch_grad is None else scratch_grad
-                self._current_point, self._current_seed = i, int(seeds[i])
+            if isinstance(closure, BatchedClosure) and closure.vectorize:
+                # batched.py: all of this process's rows in one vectorized call, not one by one.
                 try:
-                    results[i], losses_local[k] = evaluate(closure, layout, point, out)
+                    results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
                 except Exception as error:
                     if ranks is None:
                         raise
-                    # The other ranks must learn of it in the gather, not hang in it.
                     failure = error
-                    ranks.flag_failure(losses_local, i)
-                    break
-                if scratch_grad is not None:
-                    grads_local[k].copy_(scratch_grad)
+                    ranks.flag_failure(losses_local, mine.start)
+            else:
+                for k, i in enumerate(mine):
+                    if scratch_point is not None:
+                        scratch_point.copy_(points[i])
+                        point = scratch_point
+                    else:
+                        point = points[i]
+                    out = grads_local[k] if scratch_grad is None else scratch_grad
+                    self._current_point, self._current_seed = i, int(seeds[i])
+                    try:
+                        results[i], losses_local[k] = evaluate(closure, layout, point, out)
+                    except Exception as error:
+                        if ranks is None:
+                            raise
+                        # The other ranks must learn of it in the gather, not hang in it.
+                        failure = error
+                        ranks.flag_failure(losses_local, i)
+                        break
+                    if scratch_grad is not None:
+                        grads_local[k].copy_(scratch_grad)
         finally:
             self._current_point = self._current_seed = None
             layout.write(self._iterate)
