@@ -58,10 +58,11 @@ class Engine {
   // `optimizer`: one base optimizer for every coordinate (Adam{...}), or
   // hyperparameters per contiguous range of x (OptimizerRanges). Throws
   // std::invalid_argument, naming the parameter and its value, for an empty
-  // or non-finite x0, bad options, bad optimizer hyperparameters or ranges
-  // that do not add up to x0's size, or a device this build or machine does
-  // not have; std::runtime_error when the history does not fit in device
-  // memory.
+  // or non-finite x0, bad options, bad optimizer hyperparameters, ranges
+  // that do not add up to x0's size or with a step_offset other than 0 (the
+  // state starts at step 0; from_snapshot resumes later steps), or a device
+  // this build or machine does not have; std::runtime_error when the history
+  // does not fit in device memory.
   Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options = {});
 
   // Movable, not copyable: a batch names the engine it came from.
@@ -97,7 +98,9 @@ class Engine {
   // With ranges, give one optimizer per range, with the same sizes. Each must
   // be of the same kind as before and keep the state layout and algorithm
   // (SGD momentum may not switch between zero and non-zero, Adam may not
-  // become AdamW: Optimizer::cannot_become). Throws std::invalid_argument
+  // become AdamW: Optimizer::cannot_become). The ranges' step offsets may
+  // change, up to the state's step count (a range that joins now has the
+  // state's step as its offset). Throws std::invalid_argument
   // naming the hyperparameter, std::runtime_error between ask() and tell()
   // (the pending batch was made with the old values); the engine is
   // unchanged after a throw.
