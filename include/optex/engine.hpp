@@ -36,6 +36,7 @@
 #include "optex/adaptive_split.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
+#include "optex/engine_snapshot.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/optimizer.hpp"
@@ -126,6 +127,22 @@ class Engine {
   static Engine load(const std::string& path, std::optional<Device> device = std::nullopt,
                      std::optional<Precision> history_precision = std::nullopt);
 
+  // The same state as values (engine_snapshot.hpp): what save() writes, and
+  // what from_snapshot() continues bit for bit. With `with_history` false the
+  // history is left out (an empty ring, EngineSnapshot::forget_history): an
+  // engine built from it warms up again, everything else as it was. Throws
+  // std::runtime_error between ask() and tell(). A device engine copies to
+  // the host.
+  EngineSnapshot snapshot(bool with_history = true) const;
+  // An engine that continues `snapshot`, on `device` with `history_precision`
+  // where given (as load()). Throws InvalidSnapshot (a std::invalid_argument)
+  // naming the field and the first bad value when validate() refuses the
+  // snapshot, or for a saved device this process lacks;
+  // std::invalid_argument naming an argument that cannot be honoured. Nothing
+  // is built then.
+  static Engine from_snapshot(EngineSnapshot snapshot, std::optional<Device> device = std::nullopt,
+                              std::optional<Precision> history_precision = std::nullopt);
+
   std::size_t dim() const;
   Device device() const { return options_.device; }
   // Host views; on a device engine each call copies from the device.
@@ -150,7 +167,10 @@ class Engine {
   const IterationInfo& last_info() const { return info_; }
 
  private:
-  friend struct CheckpointAccess;
+  friend struct SnapshotAccess;
+  // from_snapshot() without its checks: for load(), which has validated the
+  // snapshot it read and resolved the options it resumes with.
+  static Engine from_validated_snapshot(EngineSnapshot snapshot, const Options& options);
   // The backend; throws std::logic_error on a moved-from engine.
   detail::EngineBackend& backend() const;
   void refit_if_needed();
