@@ -52,10 +52,17 @@ def point_range(points: int, groups: int, group: int) -> range: ...
 # The base optimizer classes (optimizers.cpp registers one per entry of each
 # optimizer's python_classes()). Value types: attributes are validated on
 # assignment, == compares class and values, pickle and copy work, no hash.
+# state_slot_names: the names of the state slots the kind may keep (torch.optim's
+# state keys), aligned with OptimizerState.slots, None for an index it never
+# uses; state_slots: the same for the slots these values keep (None elsewhere).
 @final
 class Sgd:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["sgd"]]
+    state_slot_names: ClassVar[tuple[Literal["momentum_buffer"], None, None]]
+    # The buffer exists only with momentum.
+    @property
+    def state_slots(self) -> tuple[Literal["momentum_buffer"] | None, None, None]: ...
     lr: float
     momentum: float
     nesterov: bool
@@ -70,6 +77,9 @@ class Sgd:
 class Adam:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["adam"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -90,6 +100,9 @@ class Adam:
 class AdamW:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["adam"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -110,6 +123,12 @@ class AdamW:
 class RmsProp:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["rmsprop"]]
+    state_slot_names: ClassVar[tuple[Literal["square_avg"], Literal["momentum_buffer"], Literal["grad_avg"]]]
+    # The buffer only with momentum, the gradient average only when centered.
+    @property
+    def state_slots(
+        self,
+    ) -> tuple[Literal["square_avg"], Literal["momentum_buffer"] | None, Literal["grad_avg"] | None]: ...
     lr: float
     alpha: float
     eps: float
@@ -132,6 +151,9 @@ class RmsProp:
 class Lion:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["lion"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], None, None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], None, None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -144,15 +166,18 @@ class Lion:
 
 _Optimizer = Sgd | Adam | AdamW | RmsProp | Lion
 # Hyperparameters per contiguous range of x: a list or tuple of (size, optimizer)
-# pairs, in order, sizes adding up to d, every optimizer of one kind.
-_OptimizerRanges = Sequence[tuple[int, _Optimizer]]
+# pairs, in order, sizes adding up to d, every optimizer of one kind. A
+# (size, optimizer, step_offset) triple gives the range a step offset (>= 0, at
+# most the state's step count): its optimizer counts its steps from there.
+_OptimizerRanges = Sequence[tuple[int, _Optimizer] | tuple[int, _Optimizer, int]]
 
 def optimizer_classes() -> tuple[type[_Optimizer], ...]: ...
 @final
 class OptimizerState:
     @property
     def step(self) -> int: ...
-    # float32 copies; None for a slot the optimizer does not keep.
+    # float32 copies; None for a slot the optimizer does not keep. Slot j is what
+    # the optimizer class's state_slot_names[j] names.
     @property
     def slots(self) -> tuple[NDArray[np.float32] | None, ...]: ...
     def __copy__(self) -> OptimizerState: ...
@@ -328,9 +353,11 @@ class OptEx:
     def pending(self) -> bool: ...
     @property
     def options(self) -> Options: ...
-    # The optimizer of an engine with one range, else its (size, optimizer) pairs.
+    # The optimizer of an engine with one range at step offset 0, else its
+    # (size, optimizer) pairs, or (size, optimizer, step_offset) triples when any
+    # range has a step offset.
     @property
-    def optimizer(self) -> _Optimizer | list[tuple[int, _Optimizer]]: ...
+    def optimizer(self) -> _Optimizer | list[tuple[int, _Optimizer]] | list[tuple[int, _Optimizer, int]]: ...
     @property
     def seeds(self) -> NDArray[np.uint64]: ...
     def predicted_gradient(self, i: int) -> NDArray[np.float32]: ...

@@ -545,11 +545,13 @@ from inside ask(). None removes it. Not needed for proxy='gp'.
         self.engine().set_optimizer(opt);
       },
       py::arg("optimizer"),
-      R"doc(set_optimizer(self, optimizer: Optimizer | Sequence[tuple[int, Optimizer]]) -> None
+      R"doc(set_optimizer(self, optimizer: Optimizer | Sequence[tuple[int, Optimizer] | tuple[int, Optimizer, int]]) -> None
 
 New hyperparameters from the next ask() on, keeping the optimizer state
 (moments, step count): a learning-rate schedule. An engine with ranges takes
-one (size, optimizer) pair per range, with the same sizes. Each optimizer must
+one (size, optimizer) pair per range, with the same sizes, or a (size,
+optimizer, step_offset) triple: the offsets may change, up to the state's
+step count (a range that starts over now takes the state's step). Each optimizer must
 be of the same kind as before and keep its state layout and algorithm (SGD
 or RmsProp momentum cannot switch between zero and non-zero, RmsProp cannot
 start or stop centering, Adam cannot become AdamW): ValueError naming the
@@ -641,7 +643,8 @@ of a checkpoint: set it again.
         return ranges_to_python(self.idle_engine("optimizer").optimizer_ranges());
       },
       "A copy of the base optimizer, or of the list of (size, optimizer) pairs of an engine "
-      "with hyperparameters per range: what OptEx(optimizer=...) and set_optimizer() take.");
+      "with hyperparameters per range ((size, optimizer, step_offset) triples when any range "
+      "has a step offset): what OptEx(optimizer=...) and set_optimizer() take.");
   cls.def_property_readonly(
       "seeds",
       [](PyOptEx& self) {

@@ -171,10 +171,34 @@ def test_optimizer_class_matches_the_stub(cls: type) -> None:
     kind = members["kind"].annotation
     match = re.fullmatch(r"ClassVar\[Literal\[(.+)\]\]", ast.unparse(kind))
     assert match and ast.literal_eval(match.group(1)) == cls.kind
+    # The state slots' names, slot by slot, as literals.
+    names = members["state_slot_names"].annotation
+    match = re.fullmatch(r"ClassVar\[tuple\[(.+)\]\]", ast.unparse(names))
+    assert match, ast.unparse(names)
+    assert tuple(slot_literals(e) for e in names.slice.slice.elts) == tuple(
+        {n} for n in cls.state_slot_names)
+    kept = members["state_slots"]
+    assert isinstance(kept, ast.FunctionDef) and kept.decorator_list[0].id == "property"
+    assert ast.unparse(kept.returns.value) == "tuple"
+    allowed = [slot_literals(e) for e in kept.returns.slice.elts]
+    assert len(allowed) == len(cls.state_slot_names)
+    for slot, (names_here, name) in enumerate(zip(allowed, cls.state_slot_names)):
+        assert names_here <= {name, None}, (cls.__name__, slot)
+        assert defaults.state_slots[slot] in names_here, (cls.__name__, slot)
     # A value type that is not hashable, and nothing the module does not have.
     assert ast.unparse(members["__hash__"].annotation) == "ClassVar[None]"
     public = {n for n in members if not n.startswith("_")}
-    assert public == {*cls.hyperparameters, "hyperparameters", "kind"}
+    assert public == {*cls.hyperparameters, "hyperparameters", "kind", "state_slot_names", "state_slots"}
+
+
+def slot_literals(node: ast.expr) -> set[str | None]:
+    """The values `Literal["a"] | None` allows: {"a", None}."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return slot_literals(node.left) | slot_literals(node.right)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return {None}
+    assert isinstance(node, ast.Subscript) and ast.unparse(node.value) == "Literal", ast.dump(node)
+    return {ast.literal_eval(node.slice)}
 
 
 def test_the_stub_parses_as_the_installed_copy() -> None:
