@@ -1,8 +1,8 @@
 # Type stub of the compiled module optex._optex (python/src/*.cpp); everything
 # here is re-exported by optex/__init__.py.
 import os
-from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -295,6 +295,42 @@ class DeviceArray:
     ) -> object: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
+# OptEx.state_arrays(): the engine's whole state (layout "format" 1). Scalars are
+# Python ints and floats; arrays are new numpy arrays; T0 is options["history"].
+class _StateHistory(TypedDict):
+    size: int  # pairs in the ring, in slots 0 .. size - 1
+    next: int  # the slot the next pair goes to (size until the ring is full)
+    points: NDArray[np.float32]  # (size, d), in slot order
+    gradients: NDArray[np.float32]  # (size, d)
+    squared_distances: NDArray[np.float64]  # (T0, T0): ||x_i - x_j||^2 (empty slots unread)
+    squared_norms: NDArray[np.float64]  # (T0,): ||x_i||^2
+    gradient_inner_products: NDArray[np.float64]  # (T0, T0): <g_i, g_j>
+
+class _StateRound(TypedDict):
+    # The adaptive strategy's state and the trust region's unit.
+    evaluations_per_point: int  # of the next round
+    gradient_noise: float  # the last measured rho; nan before the first measurement
+    rounds_since_measured: int
+    last_step_norm: float  # ||x_t - x_{t-1}||; nan where not measured (CUDA)
+
+class _StateArrays(TypedDict):
+    format: int  # 1
+    # Every Options field by name, enumerations as their names: Options(**options).
+    options: dict[str, Any]
+    # One dict per range, in order: "size" (int), "kind" (the class name: "Adam",
+    # "AdamW", ...), "step_offset" (int) and each of the class's hyperparameters.
+    optimizer: list[dict[str, Any]]
+    x: NDArray[np.float32]  # (d,): the iterate
+    step: int  # the optimizer state's step count
+    # The slots the optimizer keeps, by their state_slot_names: (d,) each.
+    slots: dict[str, NDArray[np.float32]]
+    lengthscale: float
+    rng: int  # the generator's state, in [0, 2**64)
+    iteration: int
+    evaluations: int
+    history: NotRequired[_StateHistory]  # left out: an empty history
+    round: _StateRound
+
 @final
 class OptEx:
     def __init__(
@@ -337,6 +373,11 @@ class OptEx:
     def save(self, path: _Path) -> None: ...
     @staticmethod
     def load(path: _Path, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None) -> OptEx: ...
+    def state_arrays(self, history: bool = True) -> _StateArrays: ...
+    @staticmethod
+    def from_state_arrays(
+        state: Mapping[str, Any], *, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None
+    ) -> OptEx: ...
     @property
     def x(self) -> NDArray[np.float32]: ...
     @property
