@@ -525,7 +525,8 @@ void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,
         table.slots = ranges.state_slots();
         for (const OptimizerRange& range : ranges.ranges()) {
           table.begin.push_back(table.begin.back() + range.size);
-          table.coefficients.push_back(std::get<O>(range.optimizer).coefficients(step));
+          table.coefficients.push_back(
+              std::get<O>(range.optimizer).coefficients(range.local_step(step)));
         }
       },
       ranges.front());

@@ -83,7 +83,8 @@ struct StepCoefficientsOf<std::variant<O...>> {
 using StepCoefficients = StepCoefficientsOf<Optimizer>::type;
 
 // The coefficients of the step that takes the state from `step` to step + 1,
-// each range with its own hyperparameters (ranges sized for the dimension).
+// each range with its own hyperparameters at its own step count
+// (OptimizerRange::local_step; ranges sized for the dimension).
 // Reuses `out`'s storage when the kind is unchanged.
 void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,
                             StepCoefficients& out);

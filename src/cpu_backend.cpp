@@ -47,6 +47,7 @@ class CpuBackend final : public EngineBackend {
 
   std::span<const float> iterate() override { return x_; }
   const OptimizerState& optimizer_state() override { return state_; }
+  std::int64_t state_step() const override { return state_.step; }
   const GradientHistory& history() override { return history_; }
   const HistoryGram& gram() const override { return history_; }
   std::span<const float> iterate_if_host() const override { return x_; }

@@ -36,6 +36,14 @@ std::span<const float> checked_start(std::span<const float> x0) {
   return x0;
 }
 
+// The ranges sized for x0. A new engine's state is at step 0, so every range
+// joins there (an engine resumes later steps from a snapshot).
+OptimizerRanges starting_ranges(const OptimizerRanges& optimizer, std::span<const float> x0) {
+  OptimizerRanges sized = optimizer.for_dimension(checked_start(x0).size());
+  check_step_offsets(sized, 0);
+  return sized;
+}
+
 std::runtime_error nothing_to_commit(std::int64_t iteration) {
   return std::runtime_error(
       "tell: no pair of iteration " + std::to_string(iteration) +
@@ -75,7 +83,7 @@ std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
 
 Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options)
     : options_(checked_for_device(options)),
-      optimizer_(optimizer.for_dimension(checked_start(x0).size())),
+      optimizer_(starting_ranges(optimizer, x0)),
       backend_(make_backend(x0, optimizer_, options_)),
       lengthscale_(options_.lengthscale),
       rng_(options_.seed),
@@ -118,6 +126,7 @@ void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   OptimizerRanges sized = optimizer.for_dimension(dim());  // validates the hyperparameters
   const std::string why = cannot_replace(optimizer_, sized);
   if (!why.empty()) throw std::invalid_argument(why);
+  check_step_offsets(sized, backend().state_step());
   backend().set_optimizer(sized);
   optimizer_ = std::move(sized);
 }

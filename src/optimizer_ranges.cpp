@@ -38,6 +38,11 @@ OptimizerRanges::OptimizerRanges(std::vector<OptimizerRange> ranges) : ranges_(s
       throw std::invalid_argument("optimizer ranges: range " + std::to_string(r) +
                                   " has size 0 (every range needs at least one coordinate)");
     }
+    if (ranges_[r].step_offset < 0) {
+      throw std::invalid_argument("optimizer ranges: range " + std::to_string(r) +
+                                  " has step_offset " + std::to_string(ranges_[r].step_offset) +
+                                  " (must be >= 0: the state's step count when the range joined)");
+    }
     if (ranges_[r].optimizer.index() != ranges_[0].optimizer.index()) {
       throw std::invalid_argument("optimizer ranges: range " + std::to_string(r) + " is " +
                                   std::string(optimizer_name(ranges_[r].optimizer)) +
@@ -62,7 +67,9 @@ OptimizerRanges OptimizerRanges::for_dimension(std::size_t dim) const {
       throw std::invalid_argument(range_prefix(r, ranges_.size()) + e.what());
     }
   }
-  if (covers_any_dimension_) return OptimizerRanges({OptimizerRange{dim, ranges_[0].optimizer}});
+  if (covers_any_dimension_) {
+    return OptimizerRanges({OptimizerRange{dim, ranges_[0].optimizer, ranges_[0].step_offset}});
+  }
   const std::optional<std::size_t> total = total_size(ranges_);
   if (total != dim) {
     throw std::invalid_argument(
@@ -90,6 +97,17 @@ std::string cannot_replace(const OptimizerRanges& current, const OptimizerRanges
     if (!why.empty()) return range_prefix(r, current.count()) + why;
   }
   return {};
+}
+
+void check_step_offsets(const OptimizerRanges& ranges, std::int64_t state_step) {
+  for (std::size_t r = 0; r < ranges.count(); ++r) {
+    if (ranges[r].step_offset > state_step) {
+      throw std::invalid_argument(
+          "optimizer ranges: range " + std::to_string(r) + " has step_offset " +
+          std::to_string(ranges[r].step_offset) + ", beyond the optimizer state's step " +
+          std::to_string(state_step) + " (a range joins at a step the state has reached)");
+    }
+  }
 }
 
 }  // namespace optex

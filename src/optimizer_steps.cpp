@@ -60,7 +60,8 @@ void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerSta
   std::size_t begin = 0;
   for (const OptimizerRange& range : ranges.ranges()) {
     const std::size_t end = ranges.covers_any_dimension() ? x.size() : begin + range.size;
-    const typename O::Coefficients c = std::get<O>(range.optimizer).coefficients(s.step);
+    const typename O::Coefficients c =
+        std::get<O>(range.optimizer).coefficients(range.local_step(s.step));
     update_with_layout<O>(layout, x.data(), g.data(), s, begin, end, c,
                           std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
     begin = end;
@@ -104,6 +105,7 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
     dim = *total;
   }
   check_sizes(dim, x, s, g, ranges.state_slots());
+  check_step_offsets(ranges, s.step);
   std::visit(
       [&](const auto& first) { step_ranges<std::decay_t<decltype(first)>>(ranges, x, s, g); },
       ranges.front());

@@ -122,11 +122,13 @@ void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges) {
   for (const OptimizerRange& range : ranges.ranges()) {
     const std::string name = "optimizer[" + std::to_string(k++) + "]";
     w.put<std::uint64_t>(range.size, name + ".size");
+    w.put<std::int64_t>(range.step_offset, name + ".step_offset");  // format 5
     put_optimizer(w, range.optimizer, ranges.count() == 1 ? "optimizer" : name);
   }
 }
 
-OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit) {
+OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit, std::uint32_t version,
+                                     std::vector<std::size_t>* step_offsets_at) {
   const std::size_t at = r.offset();
   const auto count = r.get<std::uint32_t>("optimizer ranges");
   // Each range takes at least its size and its tag: a count the bytes left cannot hold is
@@ -147,7 +149,17 @@ OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit) {
       r.fail_at(field, size_at,
                 "an optimizer range's size is out of range (" + std::to_string(size) + ")");
     }
-    ranges.push_back({static_cast<std::size_t>(size), get_optimizer(r)});
+    std::int64_t step_offset = 0;
+    if (version >= 5) {
+      const std::string offset_field = "optimizer range " + std::to_string(k) + " step_offset";
+      const std::size_t offset_at = r.offset();
+      step_offset = r.get<std::int64_t>(offset_field);
+      if (step_offset < 0) {
+        r.fail_at(offset_field, offset_at, "is " + std::to_string(step_offset) + " (must be >= 0)");
+      }
+      if (step_offsets_at) step_offsets_at->push_back(offset_at);
+    }
+    ranges.push_back({static_cast<std::size_t>(size), get_optimizer(r), step_offset});
   }
   try {
     return OptimizerRanges(std::move(ranges));

@@ -173,8 +173,12 @@ Options get_options(Reader& r, std::uint32_t version);
 void put_optimizer(Writer& w, const Optimizer& optimizer, std::string_view name = "optimizer");
 Optimizer get_optimizer(Reader& r);
 
-// Format 3: a u32 count, then per range its u64 size and its optimizer.
+// Format 3: a u32 count, then per range its u64 size and its optimizer;
+// format 5 adds the range's i64 step offset after its size (earlier formats
+// read 0). `step_offsets_at`, when given, receives the file offset of each
+// range's step offset (formats 5 and later).
 void put_optimizer_ranges(Writer& w, const OptimizerRanges& ranges);
-OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit);
+OptimizerRanges get_optimizer_ranges(Reader& r, std::size_t dim_limit, std::uint32_t version,
+                                     std::vector<std::size_t>* step_offsets_at = nullptr);
 
 }  // namespace optex::detail

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -557,7 +558,7 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 5u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 6u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
@@ -566,18 +567,20 @@ TEST_F(BadCheckpoint, WrongVersion) {
   }
 }
 
-// The optimizer ranges and the state slots of format 4, edited one field at a time in a
+// The optimizer ranges and the state slots of format 5, edited one field at a time in a
 // well-formed file (checksum fixed): each is refused naming what is wrong. Offsets for
 // good_ (Adam, d = 6, an empty lengthscale grid): the options take 85 payload bytes, then
-// the range count (u32), the range's size (u64), the optimizer tag (u8) and Adam's five
-// doubles and one flag, then the iterate (u64 count + 6 floats), the step (i64) and the
-// slot count (u8).
+// the range count (u32), the range's size (u64) and step offset (i64), the optimizer tag
+// (u8) and Adam's five doubles and one flag, then the iterate (u64 count + 6 floats), the
+// step (i64) and the slot count (u8).
 TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
   constexpr std::size_t kCount = kHeader + 85;
   constexpr std::size_t kSize = kCount + 4;
-  constexpr std::size_t kTag = kSize + 8;
+  constexpr std::size_t kOffset = kSize + 8;
+  constexpr std::size_t kTag = kOffset + 8;
   constexpr std::size_t kFlag = kTag + 1 + 5 * 8;
   constexpr std::size_t kSlots = kFlag + 1 + 8 + 6 * 4 + 8;
+  constexpr std::size_t kStep = kSlots - 8;
   const auto edited = [&](std::size_t at, auto value) {
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + at, &value, sizeof value);
@@ -590,6 +593,9 @@ TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
     ASSERT_EQ(size, 6u);  // the offsets above hold
     ASSERT_EQ(static_cast<int>(good_[kTag]), static_cast<int>(Adam::checkpoint_tag));
     ASSERT_EQ(static_cast<int>(good_[kSlots]), optex::kMaxStateSlots);
+    std::int64_t step = 0;
+    std::memcpy(&step, good_.data() + kStep, sizeof step);
+    ASSERT_GT(step, 0);
   }
   ExpectLoadFails(edited(kCount, std::uint32_t{0}), "ranges");
   ExpectLoadFails(edited(kCount, std::uint32_t{0xFFFFFFFFu}), "ranges");
@@ -598,6 +604,16 @@ TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
   ExpectLoadFails(edited(kTag, std::uint8_t{99}), "unknown optimizer tag 99");
   ExpectLoadFails(edited(kFlag, std::uint8_t{2}), "flag");
   ExpectLoadFails(edited(kSlots, std::uint8_t{4}), "slots");
+  // A step offset below zero, or beyond the state's step (a range that joined later
+  // than the state's last step), names the range's field.
+  ExpectLoadFails(edited(kOffset, std::int64_t{-1}), "optimizer range 0 step_offset");
+  ExpectLoadFails(edited(kOffset, std::numeric_limits<std::int64_t>::min()),
+                  "optimizer range 0 step_offset");
+  std::int64_t step = 0;
+  std::memcpy(&step, good_.data() + kStep, sizeof step);
+  ExpectLoadFails(edited(kOffset, step + 1), "optimizer range 0 step_offset");
+  ExpectLoadFails(edited(kOffset, std::numeric_limits<std::int64_t>::max()),
+                  "optimizer range 0 step_offset");
   // An SGD tag over Adam's fields: the doubles read as SGD's, then the rest is misaligned.
   ExpectLoadFails(edited(kTag, std::uint8_t{Sgd::checkpoint_tag}), "checkpoint");
 }
@@ -610,7 +626,7 @@ TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
   Engine e(Start(6, 3), ranges, Options{});
   Step(e);
   std::vector<char> bytes = SavedBytes(e, "two.ckpt");
-  constexpr std::size_t kSecondTag = kHeader + 85 + 4 + 8 + 1 + 5 * 8 + 1 + 8;
+  constexpr std::size_t kSecondTag = kHeader + 85 + 4 + 8 + 8 + 1 + 5 * 8 + 1 + 8 + 8;
   ASSERT_EQ(static_cast<int>(bytes[kSecondTag]), static_cast<int>(Adam::checkpoint_tag));
   bytes[kSecondTag] = static_cast<char>(optex::RmsProp::checkpoint_tag);
   FixChecksum(bytes);
@@ -618,6 +634,60 @@ TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
 }
 
 // ---- files of earlier formats ----------------------------------------------------
+
+// Format 4 is format 5 without the ranges' step offsets: such a file loads with every
+// offset 0, as the run that wrote it had, and continues like the engine it was.
+TEST_F(Checkpoint, ReadsFormatFourWithStepOffsetsOfZero) {
+  const optex::OptimizerRanges ranges{{2, Adam{.lr = 0.01}}, {4, optex::adamw(0.02, 0.1)}};
+  Engine e(Start(6, 3), ranges, Options{});
+  for (int t = 0; t < 3; ++t) Step(e);
+  std::vector<char> bytes = SavedBytes(e, "five.ckpt");
+  // Options{} (85 bytes), the range count, then per range: size, step offset, tag, Adam's
+  // five doubles and one flag.
+  constexpr std::size_t kRange = 8 + 8 + 1 + 5 * 8 + 1;
+  constexpr std::size_t kFirstOffset = kHeader + 85 + 4 + 8;
+  for (const std::size_t at : {kFirstOffset + kRange, kFirstOffset}) {
+    std::int64_t offset = -1;
+    std::memcpy(&offset, bytes.data() + at, sizeof offset);
+    ASSERT_EQ(offset, 0);
+    bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                bytes.begin() + static_cast<std::ptrdiff_t>(at + 8));
+  }
+  const std::uint32_t four = 4;
+  std::memcpy(bytes.data() + 8, &four, sizeof four);
+  const std::uint64_t payload = bytes.size() - kHeader - kTrailer;
+  std::memcpy(bytes.data() + 12, &payload, sizeof payload);
+  FixChecksum(bytes);
+  WriteBytes(Path("four.ckpt"), bytes);
+
+  Engine old = Engine::load(Path("four.ckpt"));
+  ASSERT_TRUE(SameEngine(old, e));
+  EXPECT_EQ(old.optimizer_ranges(), ranges.for_dimension(6));
+  for (int t = 0; t < 3; ++t) {
+    Step(old);
+    Step(e);
+  }
+  EXPECT_TRUE(SameEngine(old, e));
+}
+
+// Offsets are saved: a run whose ranges joined late resumes with them, bit for bit.
+TEST_F(Checkpoint, StepOffsetsAreSavedAndRestored) {
+  Engine e(Start(6, 3), optex::OptimizerRanges{{2, Adam{.lr = 0.01}}, {4, Adam{.lr = 0.02}}},
+           Options{});
+  for (int t = 0; t < 3; ++t) Step(e);
+  const std::int64_t step = e.optimizer_state().step;
+  e.set_optimizer(optex::OptimizerRanges{{2, Adam{.lr = 0.01}, 1}, {4, Adam{.lr = 0.02}, step}});
+  Step(e);
+  e.save(Path("offsets.ckpt"));
+  Engine resumed = Engine::load(Path("offsets.ckpt"));
+  EXPECT_EQ(resumed.optimizer_ranges()[0].step_offset, 1);
+  EXPECT_EQ(resumed.optimizer_ranges()[1].step_offset, step);
+  for (int t = 0; t < 3; ++t) {
+    Step(resumed);
+    Step(e);
+    ASSERT_TRUE(SameEngine(resumed, e)) << "iteration " << t;
+  }
+}
 
 // Files that optex 0.1.0 wrote in format 2, in tests/data, with the values they hold in a
 // text file beside each (hexadecimal floats): Options{} with N = 3, T0 = 8, seed 5, d = 7,

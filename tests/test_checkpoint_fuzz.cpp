@@ -88,12 +88,12 @@ void Set(std::vector<char>& bytes, std::size_t at, T v) {
   std::memcpy(bytes.data() + at, &v, sizeof v);
 }
 
-// The file offsets of a format 4 checkpoint's fields, found by walking it with the
-// layout of src/checkpoint.cpp (DESIGN.md section 6). `*_count` is a u64 element count,
-// the elements follow it.
+// The file offsets of a format 5 checkpoint's fields, found by walking it with the
+// layout of src/checkpoint_payload.cpp (DESIGN.md section 6). `*_count` is a u64 element
+// count, the elements follow it.
 struct Layout {
   std::size_t parallelism, history, lengthscale_grid_count, device_index;
-  std::size_t ranges_count, range_size, iterate_count, step, slot_count_byte;
+  std::size_t ranges_count, range_size, range_step_offset, iterate_count, step, slot_count_byte;
   std::size_t slot_count[optex::kMaxStateSlots];
   std::size_t lengthscale, iteration, evaluations, history_size, history_next;
   std::size_t points_count, gradients_count, distances_count, norms_count, gram_count;
@@ -134,8 +134,9 @@ Layout Walk(const std::vector<char>& b) {
   const auto ranges = Get<std::uint32_t>(b, p);
   p += 4;
   l.range_size = p;
+  l.range_step_offset = p + 8;
   for (std::uint32_t k = 0; k < ranges; ++k) {
-    p += 8;
+    p += 8 + 8;  // size, step offset
     const auto tag = Get<std::uint8_t>(b, p);
     p += 1 + HyperparameterBytes(tag);
   }
@@ -411,6 +412,22 @@ TEST_F(HostileCheckpoint, OptimizerStateOutOfRangeIsRefusedNamingTheSlot) {
   }
 }
 
+// A range's step offset: never negative, never beyond the state's step (format 5).
+TEST_F(HostileCheckpoint, StepOffsetsOutOfRangeAreRefusedNamingTheRange) {
+  const auto step = Get<std::int64_t>(adam_, l_.step);
+  ASSERT_GT(step, 0);
+  ExpectRefused(With(l_.range_step_offset, std::int64_t{-1}), "optimizer range 0 step_offset");
+  ExpectRefused(With(l_.range_step_offset, std::numeric_limits<std::int64_t>::min()),
+                "optimizer range 0 step_offset");
+  ExpectRefused(With(l_.range_step_offset, step + 1), "optimizer range 0 step_offset");
+  ExpectRefused(With(l_.range_step_offset, std::numeric_limits<std::int64_t>::max()),
+                "optimizer range 0 step_offset");
+  // Within the step it is a value like any other: the file loads and runs.
+  std::vector<char> bytes = With(l_.range_step_offset, step);
+  FixChecksum(bytes);
+  EXPECT_EQ(Load(bytes), Outcome::loaded);
+}
+
 TEST_F(HostileCheckpoint, CountersLengthscaleAndRingPositionAreChecked) {
   ExpectRefused(With(l_.lengthscale, 0.0), "lengthscale");
   ExpectRefused(With(l_.lengthscale, std::nan("")), "lengthscale");
@@ -460,8 +477,9 @@ TEST_F(HostileCheckpoint, TrailingBytesAndForeignFormatsAreRefused) {
     Set(bytes, 12, static_cast<std::uint64_t>(bytes.size() - kHeader - kTrailer));
     ExpectRefused(bytes, "trailing bytes");
   }
-  // A format 4 payload labelled 3, 2 or 1: read with an older layout, it fails at a field.
-  for (std::uint32_t version : {1u, 2u, 3u}) {
+  // A format 5 payload labelled 4, 3, 2 or 1: read with an older layout, it fails at a
+  // field.
+  for (std::uint32_t version : {1u, 2u, 3u, 4u}) {
     SCOPED_TRACE(version);
     ExpectRefused(With(std::size_t{8}, version), " at byte ");
   }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -229,6 +230,53 @@ TEST(SetOptimizer, PerRangeRefusalsLeaveTheEngineUnchanged) {
   engine.set_optimizer(
       OptimizerRanges{{3, Sgd{.lr = 5e-3}}, {5, Sgd{.lr = 1e-4, .momentum = 0.8}}});
   EXPECT_EQ(std::get<Sgd>(engine.optimizer_ranges()[1].optimizer).momentum, 0.8);
+}
+
+// Step offsets: a new engine's state is at step 0, so its ranges must join there; later,
+// set_optimizer moves an offset anywhere up to the state's step (a range that starts over),
+// and refuses one beyond it, naming the range, with the engine unchanged.
+TEST(SetOptimizer, StepOffsetsMoveWithinTheStateStep) {
+  const std::vector<float> x0 = UniformStart(8, 6);
+  const OptimizerRanges ranges{{3, Adam{.lr = 1e-2}}, {5, Adam{.lr = 1e-3}}};
+  try {
+    Engine refused(x0, OptimizerRanges{{3, Adam{}}, {5, Adam{}, 1}}, WithN(2));
+    ADD_FAILURE() << "a new engine accepted a range that joins at step 1";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "range 1 has step_offset 1, beyond the optimizer state's step 0"));
+  }
+  Engine engine(x0, ranges, WithN(2));
+  Engine twin(x0, ranges, WithN(2));
+  const problems::Rosenbrock f;
+  for (Engine* e : {&engine, &twin}) {
+    for (int t = 0; t < 3; ++t) {
+      Batch& b = e->ask();
+      for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+      e->tell(b);
+    }
+  }
+  const std::int64_t step = engine.optimizer_state().step;
+  ASSERT_GT(step, 2);
+  try {
+    engine.set_optimizer(OptimizerRanges{{3, Adam{.lr = 1e-2}}, {5, Adam{.lr = 1e-3}, step + 1}});
+    ADD_FAILURE() << "accepted a step offset beyond the state's step";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "range 1 has step_offset " + std::to_string(step + 1) +
+                              ", beyond the optimizer state's step " + std::to_string(step)));
+  }
+  EXPECT_TRUE(SameEngine(engine, twin));
+  const OptimizerRanges joined{{3, Adam{.lr = 1e-2}, 1}, {5, Adam{.lr = 1e-3}, step}};
+  engine.set_optimizer(joined);
+  EXPECT_EQ(engine.optimizer_ranges(), joined.for_dimension(8));
+  // The offsets are in force: the next commit differs from the twin's.
+  for (Engine* e : {&engine, &twin}) {
+    Batch& b = e->ask();
+    for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+    e->tell(b);
+  }
+  EXPECT_FALSE(SameBits(engine.iterate(), twin.iterate()));
+  EXPECT_EQ(engine.optimizer_state().step, twin.optimizer_state().step);
 }
 
 // ---- the distributed engine ---------------------------------------------------

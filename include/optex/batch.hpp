@@ -126,7 +126,6 @@ class Batch {
 
  private:
   friend class Engine;
-  friend struct CheckpointAccess;
   friend struct detail::BatchAccess;
 
   int check(int i) const {

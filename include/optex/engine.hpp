@@ -36,6 +36,7 @@
 #include "optex/adaptive_split.hpp"
 #include "optex/batch.hpp"
 #include "optex/device.hpp"
+#include "optex/engine_snapshot.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/iteration_info.hpp"
 #include "optex/optimizer.hpp"
@@ -58,10 +59,11 @@ class Engine {
   // `optimizer`: one base optimizer for every coordinate (Adam{...}), or
   // hyperparameters per contiguous range of x (OptimizerRanges). Throws
   // std::invalid_argument, naming the parameter and its value, for an empty
-  // or non-finite x0, bad options, bad optimizer hyperparameters or ranges
-  // that do not add up to x0's size, or a device this build or machine does
-  // not have; std::runtime_error when the history does not fit in device
-  // memory.
+  // or non-finite x0, bad options, bad optimizer hyperparameters, ranges
+  // that do not add up to x0's size or with a step_offset other than 0 (the
+  // state starts at step 0; from_snapshot resumes later steps), or a device
+  // this build or machine does not have; std::runtime_error when the history
+  // does not fit in device memory.
   Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options = {});
 
   // Movable, not copyable: a batch names the engine it came from.
@@ -97,7 +99,9 @@ class Engine {
   // With ranges, give one optimizer per range, with the same sizes. Each must
   // be of the same kind as before and keep the state layout and algorithm
   // (SGD momentum may not switch between zero and non-zero, Adam may not
-  // become AdamW: Optimizer::cannot_become). Throws std::invalid_argument
+  // become AdamW: Optimizer::cannot_become). The ranges' step offsets may
+  // change, up to the state's step count (a range that joins now has the
+  // state's step as its offset). Throws std::invalid_argument
   // naming the hyperparameter, std::runtime_error between ask() and tell()
   // (the pending batch was made with the old values); the engine is
   // unchanged after a throw.
@@ -123,6 +127,22 @@ class Engine {
   static Engine load(const std::string& path, std::optional<Device> device = std::nullopt,
                      std::optional<Precision> history_precision = std::nullopt);
 
+  // The same state as values (engine_snapshot.hpp): what save() writes, and
+  // what from_snapshot() continues bit for bit. With `with_history` false the
+  // history is left out (an empty ring, EngineSnapshot::forget_history): an
+  // engine built from it warms up again, everything else as it was. Throws
+  // std::runtime_error between ask() and tell(). A device engine copies to
+  // the host.
+  EngineSnapshot snapshot(bool with_history = true) const;
+  // An engine that continues `snapshot`, on `device` with `history_precision`
+  // where given (as load()). Throws InvalidSnapshot (a std::invalid_argument)
+  // naming the field and the first bad value when validate() refuses the
+  // snapshot, or for a saved device this process lacks;
+  // std::invalid_argument naming an argument that cannot be honoured. Nothing
+  // is built then.
+  static Engine from_snapshot(EngineSnapshot snapshot, std::optional<Device> device = std::nullopt,
+                              std::optional<Precision> history_precision = std::nullopt);
+
   std::size_t dim() const;
   Device device() const { return options_.device; }
   // Host views; on a device engine each call copies from the device.
@@ -147,7 +167,10 @@ class Engine {
   const IterationInfo& last_info() const { return info_; }
 
  private:
-  friend struct CheckpointAccess;
+  friend struct SnapshotAccess;
+  // from_snapshot() without its checks: for load(), which has validated the
+  // snapshot it read and resolved the options it resumes with.
+  static Engine from_validated_snapshot(EngineSnapshot snapshot, const Options& options);
   // The backend; throws std::logic_error on a moved-from engine.
   detail::EngineBackend& backend() const;
   void refit_if_needed();

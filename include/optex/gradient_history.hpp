@@ -45,7 +45,7 @@ class GradientHistory : public HistoryGram {
   const float* gradients_data() const { return gradients_.data(); }
 
  private:
-  friend struct CheckpointAccess;  // reads and restores every member
+  friend struct SnapshotAccess;  // takes and restores every member (engine_snapshot.cpp)
 
   std::size_t dim_;
   std::vector<float> points_;

@@ -14,7 +14,7 @@
 
 namespace optex {
 
-struct CheckpointAccess;
+struct SnapshotAccess;
 
 class HistoryGram {
  public:
@@ -48,7 +48,7 @@ class HistoryGram {
                const double* gradient_inner);
 
  protected:
-  friend struct CheckpointAccess;  // reads and restores every member
+  friend struct SnapshotAccess;  // takes and restores every member (engine_snapshot.cpp)
 
   std::size_t capacity_;
   std::size_t size_ = 0;

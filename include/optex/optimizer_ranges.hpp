@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -25,6 +26,16 @@ namespace optex {
 struct OptimizerRange {
   std::size_t size = 0;  // coordinates: the range follows the one before it
   Optimizer optimizer;
+  // The state's step count when the range joined (>= 0): its optimizer sees
+  // its own steps only, as a fresh optimizer would (torch.optim's per-parameter
+  // `step`: a parameter group added later starts Adam's bias correction, and
+  // SGD's momentum buffer, at its first step). Like a hyperparameter, it may
+  // change in set_optimizer; it may never exceed the state's step.
+  std::int64_t step_offset = 0;
+
+  // The step count this range's optimizer sees when the state has taken
+  // `state_step` updates.
+  std::int64_t local_step(std::int64_t state_step) const { return state_step - step_offset; }
 
   friend bool operator==(const OptimizerRange&, const OptimizerRange&) = default;
 };
@@ -53,7 +64,8 @@ class OptimizerRanges {
   StateSlots state_slots() const;
 
   // The same ranges sized for dimension `dim`. Throws std::invalid_argument
-  // for no range, a range of size 0, sizes that do not add up to dim, ranges
+  // for no range, a range of size 0 or a negative step_offset (the
+  // constructor's checks), sizes that do not add up to dim, ranges
   // of different optimizer kinds, or a bad hyperparameter (its message,
   // prefixed by "range r: " when there are several ranges).
   OptimizerRanges for_dimension(std::size_t dim) const;
@@ -69,11 +81,19 @@ class OptimizerRanges {
 std::optional<std::size_t> total_size(std::span<const OptimizerRange> ranges);
 
 // The ranges that `ranges` can be replaced with in a running engine: the
-// same sizes, kinds and state layouts. Returns why not ("" if it can).
+// same sizes, kinds and state layouts (step offsets may change). Returns why
+// not ("" if it can).
 std::string cannot_replace(const OptimizerRanges& current, const OptimizerRanges& next);
 
-// One update of x in place, each range with its own hyperparameters; ranges
-// must be sized for x (for_dimension). Advances s.step once.
+// Throws std::invalid_argument naming the first range whose step_offset is
+// beyond `state_step`, the step count of the state the ranges are to step: a
+// range cannot have joined at a step the state has not reached.
+void check_step_offsets(const OptimizerRanges& ranges, std::int64_t state_step);
+
+// One update of x in place, each range with its own hyperparameters at its
+// own step count (OptimizerRange::local_step); ranges must be sized for x
+// (for_dimension) and their offsets within s.step (std::invalid_argument,
+// before anything is written). Advances s.step once.
 void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
                 std::span<const float> g);
 

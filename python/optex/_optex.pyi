@@ -1,8 +1,8 @@
 # Type stub of the compiled module optex._optex (python/src/*.cpp); everything
 # here is re-exported by optex/__init__.py.
 import os
-from collections.abc import Callable, Sequence
-from typing import ClassVar, Literal, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -52,10 +52,17 @@ def point_range(points: int, groups: int, group: int) -> range: ...
 # The base optimizer classes (optimizers.cpp registers one per entry of each
 # optimizer's python_classes()). Value types: attributes are validated on
 # assignment, == compares class and values, pickle and copy work, no hash.
+# state_slot_names: the names of the state slots the kind may keep (torch.optim's
+# state keys), aligned with OptimizerState.slots, None for an index it never
+# uses; state_slots: the same for the slots these values keep (None elsewhere).
 @final
 class Sgd:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["sgd"]]
+    state_slot_names: ClassVar[tuple[Literal["momentum_buffer"], None, None]]
+    # The buffer exists only with momentum.
+    @property
+    def state_slots(self) -> tuple[Literal["momentum_buffer"] | None, None, None]: ...
     lr: float
     momentum: float
     nesterov: bool
@@ -70,6 +77,9 @@ class Sgd:
 class Adam:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["adam"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -90,6 +100,9 @@ class Adam:
 class AdamW:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["adam"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], Literal["exp_avg_sq"], None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -110,6 +123,12 @@ class AdamW:
 class RmsProp:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["rmsprop"]]
+    state_slot_names: ClassVar[tuple[Literal["square_avg"], Literal["momentum_buffer"], Literal["grad_avg"]]]
+    # The buffer only with momentum, the gradient average only when centered.
+    @property
+    def state_slots(
+        self,
+    ) -> tuple[Literal["square_avg"], Literal["momentum_buffer"] | None, Literal["grad_avg"] | None]: ...
     lr: float
     alpha: float
     eps: float
@@ -132,6 +151,9 @@ class RmsProp:
 class Lion:
     hyperparameters: ClassVar[tuple[str, ...]]
     kind: ClassVar[Literal["lion"]]
+    state_slot_names: ClassVar[tuple[Literal["exp_avg"], None, None]]
+    @property
+    def state_slots(self) -> tuple[Literal["exp_avg"], None, None]: ...
     lr: float
     beta1: float
     beta2: float
@@ -144,15 +166,18 @@ class Lion:
 
 _Optimizer = Sgd | Adam | AdamW | RmsProp | Lion
 # Hyperparameters per contiguous range of x: a list or tuple of (size, optimizer)
-# pairs, in order, sizes adding up to d, every optimizer of one kind.
-_OptimizerRanges = Sequence[tuple[int, _Optimizer]]
+# pairs, in order, sizes adding up to d, every optimizer of one kind. A
+# (size, optimizer, step_offset) triple gives the range a step offset (>= 0, at
+# most the state's step count): its optimizer counts its steps from there.
+_OptimizerRanges = Sequence[tuple[int, _Optimizer] | tuple[int, _Optimizer, int]]
 
 def optimizer_classes() -> tuple[type[_Optimizer], ...]: ...
 @final
 class OptimizerState:
     @property
     def step(self) -> int: ...
-    # float32 copies; None for a slot the optimizer does not keep.
+    # float32 copies; None for a slot the optimizer does not keep. Slot j is what
+    # the optimizer class's state_slot_names[j] names.
     @property
     def slots(self) -> tuple[NDArray[np.float32] | None, ...]: ...
     def __copy__(self) -> OptimizerState: ...
@@ -270,6 +295,42 @@ class DeviceArray:
     ) -> object: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
+# OptEx.state_arrays(): the engine's whole state (layout "format" 1). Scalars are
+# Python ints and floats; arrays are new numpy arrays; T0 is options["history"].
+class _StateHistory(TypedDict):
+    size: int  # pairs in the ring, in slots 0 .. size - 1
+    next: int  # the slot the next pair goes to (size until the ring is full)
+    points: NDArray[np.float32]  # (size, d), in slot order
+    gradients: NDArray[np.float32]  # (size, d)
+    squared_distances: NDArray[np.float64]  # (T0, T0): ||x_i - x_j||^2 (empty slots unread)
+    squared_norms: NDArray[np.float64]  # (T0,): ||x_i||^2
+    gradient_inner_products: NDArray[np.float64]  # (T0, T0): <g_i, g_j>
+
+class _StateRound(TypedDict):
+    # The adaptive strategy's state and the trust region's unit.
+    evaluations_per_point: int  # of the next round
+    gradient_noise: float  # the last measured rho; nan before the first measurement
+    rounds_since_measured: int
+    last_step_norm: float  # ||x_t - x_{t-1}||; nan where not measured (CUDA)
+
+class _StateArrays(TypedDict):
+    format: int  # 1
+    # Every Options field by name, enumerations as their names: Options(**options).
+    options: dict[str, Any]
+    # One dict per range, in order: "size" (int), "kind" (the class name: "Adam",
+    # "AdamW", ...), "step_offset" (int) and each of the class's hyperparameters.
+    optimizer: list[dict[str, Any]]
+    x: NDArray[np.float32]  # (d,): the iterate
+    step: int  # the optimizer state's step count
+    # The slots the optimizer keeps, by their state_slot_names: (d,) each.
+    slots: dict[str, NDArray[np.float32]]
+    lengthscale: float
+    rng: int  # the generator's state, in [0, 2**64)
+    iteration: int
+    evaluations: int
+    history: NotRequired[_StateHistory]  # left out: an empty history
+    round: _StateRound
+
 @final
 class OptEx:
     def __init__(
@@ -312,6 +373,11 @@ class OptEx:
     def save(self, path: _Path) -> None: ...
     @staticmethod
     def load(path: _Path, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None) -> OptEx: ...
+    def state_arrays(self, history: bool = True) -> _StateArrays: ...
+    @staticmethod
+    def from_state_arrays(
+        state: Mapping[str, Any], *, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None
+    ) -> OptEx: ...
     @property
     def x(self) -> NDArray[np.float32]: ...
     @property
@@ -328,9 +394,11 @@ class OptEx:
     def pending(self) -> bool: ...
     @property
     def options(self) -> Options: ...
-    # The optimizer of an engine with one range, else its (size, optimizer) pairs.
+    # The optimizer of an engine with one range at step offset 0, else its
+    # (size, optimizer) pairs, or (size, optimizer, step_offset) triples when any
+    # range has a step offset.
     @property
-    def optimizer(self) -> _Optimizer | list[tuple[int, _Optimizer]]: ...
+    def optimizer(self) -> _Optimizer | list[tuple[int, _Optimizer]] | list[tuple[int, _Optimizer, int]]: ...
     @property
     def seeds(self) -> NDArray[np.uint64]: ...
     def predicted_gradient(self, i: int) -> NDArray[np.float32]: ...

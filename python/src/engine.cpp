@@ -19,6 +19,7 @@
 #include "optex/magnitude_bound.hpp"
 #include "optimizers.hpp"
 #include "options.hpp"
+#include "state_arrays.hpp"
 
 namespace optex::python {
 namespace {
@@ -395,6 +396,12 @@ groups:
     opt = optex.OptEx(x0, optimizer=[(n_weights, optex.AdamW(lr=1e-3)),
                                      (n_biases, optex.AdamW(lr=1e-3, weight_decay=0.0))])
 
+A range may also be a (size, optimizer, step_offset) triple: its optimizer
+then counts its steps from the state's step step_offset on (torch.optim's
+per-parameter step: Adam's bias correction and SGD's first momentum step of a
+parameter group added later). A new engine's state is at step 0, so its
+offsets must be 0; set_optimizer and from_state_arrays take larger ones.
+
 options is an
 optex.Options (default: Options()); keyword arguments override its fields,
 e.g. OptEx(x0, parallelism=8, history=64, device="cuda").
@@ -545,11 +552,13 @@ from inside ask(). None removes it. Not needed for proxy='gp'.
         self.engine().set_optimizer(opt);
       },
       py::arg("optimizer"),
-      R"doc(set_optimizer(self, optimizer: Optimizer | Sequence[tuple[int, Optimizer]]) -> None
+      R"doc(set_optimizer(self, optimizer: Optimizer | Sequence[tuple[int, Optimizer] | tuple[int, Optimizer, int]]) -> None
 
 New hyperparameters from the next ask() on, keeping the optimizer state
 (moments, step count): a learning-rate schedule. An engine with ranges takes
-one (size, optimizer) pair per range, with the same sizes. Each optimizer must
+one (size, optimizer) pair per range, with the same sizes, or a (size,
+optimizer, step_offset) triple: the offsets may change, up to the state's
+step count (a range that starts over now takes the state's step). Each optimizer must
 be of the same kind as before and keep its state layout and algorithm (SGD
 or RmsProp momentum cannot switch between zero and non-zero, RmsProp cannot
 start or stop centering, Adam cannot become AdamW): ValueError naming the
@@ -608,6 +617,88 @@ invalid file, or one that is not a regular file. A gradient oracle is not part
 of a checkpoint: set it again.
 )doc");
 
+  cls.def(
+      "state_arrays",
+      [](PyOptEx& self, bool history) {
+        EngineSnapshot snapshot;
+        {
+          PyOptEx::Exclusive busy(self, "state_arrays");
+          py::gil_scoped_release release;
+          snapshot = self.engine().snapshot(history);
+        }
+        return state_arrays(std::move(snapshot), history);
+      },
+      py::arg("history") = true, R"doc(state_arrays(self, history: bool = True) -> dict
+
+The engine's whole state as a dict of Python scalars, lists, dicts and numpy
+arrays (new copies, never views of the engine's memory), from which
+OptEx.from_state_arrays builds an engine that continues bit for bit: what
+save() writes to a file, in a form torch.save / torch.load(weights_only=True)
+and other containers can hold. With history=False the "history" key is
+left out: an engine built from it has an empty history and warms up again,
+everything else as it was. RuntimeError between ask() and tell().
+
+The keys (python/optex/_optex.pyi, _StateArrays, documents each):
+"format" (1, the layout), "options" (every Options field: Options(**d)),
+"optimizer" (a list of per-range dicts: "size", "kind" (the class name),
+"step_offset" and each hyperparameter), "x" (float32 (d,)), "step",
+"slots" (slot name -> float32 (d,), the names of the optimizer's
+state_slot_names), "lengthscale", "rng", "iteration", "evaluations",
+"history" ("size", "next", float32 (size, d) "points" and "gradients",
+float64 (T0, T0) "squared_distances", (T0,) "squared_norms" and (T0, T0)
+"gradient_inner_products"), "round" ("evaluations_per_point",
+"gradient_noise", "rounds_since_measured", "last_step_norm").
+)doc");
+  cls.def_static(
+      "from_state_arrays",
+      [](py::handle state, const std::optional<std::string>& device,
+         const std::optional<std::string>& history_precision) {
+        std::optional<Device> dev;
+        if (device) dev = parse_device("device", *device);
+        std::optional<Precision> precision;
+        if (history_precision) {
+          precision = parse_name<Precision>("history_precision", *history_precision);
+        }
+        EngineSnapshot snapshot = snapshot_from_arrays(state);
+        const Optimizer kind = snapshot.optimizer.front();
+        std::unique_ptr<PyOptEx> made;
+        {
+          py::gil_scoped_release release;
+          try {
+            made = std::make_unique<PyOptEx>(
+                Engine::from_snapshot(std::move(snapshot), dev, precision));
+          } catch (const InvalidSnapshot& e) {
+            // The key first, unless the message starts with it ("options: ...").
+            const std::string key = state_key(e, kind);
+            const std::string what = e.what();
+            const bool named = what.starts_with(key + ":") || what.starts_with(key + ".");
+            throw std::invalid_argument(named ? what : key + ": " + what);
+          }
+        }
+        return made;
+      },
+      py::arg("state"), py::kw_only(), py::arg("device") = py::none(),
+      py::arg("history_precision") = py::none(),
+      R"doc(from_state_arrays(state: Mapping[str, Any], *, device: str | None = None, history_precision: str | None = None) -> OptEx
+
+An engine that continues the state OptEx.state_arrays() gave (bit for bit:
+the same points, seeds and commits from here on), on `device` with
+`history_precision` when given, as load() takes them. Without "history" the
+engine starts with an empty history. The optimizer's ranges, sizes and step
+offsets may differ from the engine the state came from, as long as the state
+is consistent: a state for other coordinates can be built by hand.
+
+Strict: every key documented by state_arrays() must be there ("history" may
+be left out) and no other, each scalar of its type (an int or a float, not a
+bool), each array a numpy array of exactly its dtype and shape (any strides:
+it is copied). Raises ValueError naming the key (and the element) for
+anything else, and for a value the engine refuses: non-finite values, points
+or gradients above the magnitude bound, negative counters, a ring position
+out of range, slots the optimizer does not keep, ranges whose sizes do not
+add up to the dimension of x, a step offset beyond "step". Nothing is built
+then.
+)doc");
+
   cls.def_property_readonly(
       "x", [](const PyOptEx& self) { return copy_of(self.idle_engine("x").iterate()); },
       "The current iterate: a float32 (d,) copy.");
@@ -641,7 +732,8 @@ of a checkpoint: set it again.
         return ranges_to_python(self.idle_engine("optimizer").optimizer_ranges());
       },
       "A copy of the base optimizer, or of the list of (size, optimizer) pairs of an engine "
-      "with hyperparameters per range: what OptEx(optimizer=...) and set_optimizer() take.");
+      "with hyperparameters per range ((size, optimizer, step_offset) triples when any range "
+      "has a step offset): what OptEx(optimizer=...) and set_optimizer() take.");
   cls.def_property_readonly(
       "seeds",
       [](PyOptEx& self) {

@@ -58,7 +58,8 @@ optex.apply_step; copy.copy and copy.deepcopy give independent copies.
         }
         return py::tuple(out);
       },
-      "A tuple of float32 copies of the slots, None for a slot the optimizer does not keep.");
+      "A tuple of float32 copies of the slots, None for a slot the optimizer does not keep; "
+      "slot j is what the optimizer class's state_slot_names[j] names (torch.optim's state key).");
   cls.def("__copy__", [](const OptimizerState& s) { return s; });
   cls.def(
       "__deepcopy__", [](const OptimizerState& s, py::handle) { return s; }, py::arg("memo"));

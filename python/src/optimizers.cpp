@@ -2,7 +2,9 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -90,6 +92,21 @@ std::string init_signature(const O& defaults) {
            py::repr(py::cast(defaults.*field.member)).template cast<std::string>();
   });
   return out + ") -> None";
+}
+
+// A tuple aligned with OptimizerState.slots: the name of each slot of `kept`
+// that kind O names (its slot_names, torch.optim's state keys), None elsewhere.
+template <class O>
+py::tuple slot_names_of(StateSlots kept) {
+  py::list names;
+  for (std::size_t j = 0; j < static_cast<std::size_t>(kMaxStateSlots); ++j) {
+    if (j < O::slot_names.size() && kept.uses(static_cast<int>(j))) {
+      names.append(std::string(O::slot_names[j]));
+    } else {
+      names.append(py::none());
+    }
+  }
+  return py::tuple(names);
 }
 
 template <class O, std::size_t I>
@@ -202,6 +219,12 @@ void register_class(py::module_& m, py::list& classes) {
   }
   cls.attr("hyperparameters") = names;
   cls.attr("kind") = std::string(O::name);
+  cls.attr("state_slot_names") = slot_names_of<O>(StateSlots{(1u << kMaxStateSlots) - 1u});
+  cls.def_property_readonly(
+      "state_slots", [](const Py& self) { return slot_names_of<O>(self.state_slots()); },
+      "The state slots these values keep, aligned with OptimizerState.slots: each slot's name "
+      "(torch.optim's state key) where kept, None elsewhere (SGD keeps its momentum_buffer only "
+      "with momentum).");
   classes.append(cls);
 }
 
@@ -258,8 +281,11 @@ void register_optimizers(py::module_& m) {
       // A py::tuple, not the attribute accessor: help() shows "-> tuple".
       [m]() -> py::tuple { return m.attr("_optimizer_classes"); },
       "The base optimizer classes (optex.Sgd, optex.Adam, ...), in a fixed order. Each has\n"
-      "`hyperparameters` (the names of its attributes, in constructor order) and `kind`\n"
-      "(the engine's optimizer kind: 'adam' for Adam and AdamW).");
+      "`hyperparameters` (the names of its attributes, in constructor order), `kind`\n"
+      "(the engine's optimizer kind: 'adam' for Adam and AdamW) and `state_slot_names`\n"
+      "(the names of the state slots it may keep, aligned with OptimizerState.slots, None\n"
+      "for a slot index it never uses); an instance's `state_slots` names those its values\n"
+      "keep.");
 }
 
 Optimizer optimizer_from_python(py::handle obj, const char* param) {
@@ -289,6 +315,33 @@ py::object optimizer_to_python(const Optimizer& optimizer) {
       optimizer);
 }
 
+namespace {
+
+// A whole number of a range: an int (bool refused, TypeError), at least
+// `minimum` and at most `maximum` (ValueError naming `where` and `what`).
+long long range_integer(py::handle value, const std::string& where, const char* what,
+                        long long minimum, const char* too_large) {
+  if (py::isinstance<py::bool_>(value) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(where + ": the " + what + " must be an int, got " +
+                         py::repr(value).cast<std::string>());
+  }
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow > 0) {
+    throw std::invalid_argument(where + ": the " + what + " " +
+                                py::repr(value).cast<std::string>() + " is " + too_large);
+  }
+  if (overflow < 0 || v < minimum) {
+    throw std::invalid_argument(where + ": the " + what + " must be >= " + std::to_string(minimum) +
+                                ", got " + py::repr(value).cast<std::string>());
+  }
+  return v;
+}
+
+}  // namespace
+
 OptimizerRanges ranges_from_python(py::handle obj, const char* param) {
   if (!py::isinstance<py::list>(obj) && !py::isinstance<py::tuple>(obj)) {
     return OptimizerRanges(optimizer_from_python(obj, param));
@@ -299,39 +352,39 @@ OptimizerRanges ranges_from_python(py::handle obj, const char* param) {
   for (py::handle item : obj) {
     const std::string where = name + "[" + std::to_string(r) + "]";
     if ((!py::isinstance<py::list>(item) && !py::isinstance<py::tuple>(item)) ||
-        py::len(item) != 2) {
-      throw py::type_error(where + ": expected a (size, optimizer) pair, got " +
+        (py::len(item) != 2 && py::len(item) != 3)) {
+      throw py::type_error(where +
+                           ": expected a (size, optimizer) pair or a (size, optimizer, "
+                           "step_offset) triple, got " +
                            py::repr(item).cast<std::string>());
     }
-    const py::object size = item[py::int_(0)];
-    if (py::isinstance<py::bool_>(size) || !PyIndex_Check(size.ptr())) {
-      throw py::type_error(where + ": the size must be an int, got " +
-                           py::repr(size).cast<std::string>());
-    }
-    const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(size.ptr()));
-    if (!index) throw py::error_already_set();
-    int overflow = 0;
-    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-    if (overflow > 0) {
-      throw std::invalid_argument(where + ": the size " + py::repr(size).cast<std::string>() +
-                                  " is larger than any dimension");
-    }
-    if (overflow < 0 || value < 1) {
-      throw std::invalid_argument(where + ": the size must be >= 1, got " +
-                                  py::repr(size).cast<std::string>());
-    }
-    ranges.push_back({static_cast<std::size_t>(value),
-                      optimizer_from_python(item[py::int_(1)], (where + "'s optimizer").c_str())});
+    const long long size =
+        range_integer(item[py::int_(0)], where, "size", 1, "larger than any dimension");
+    const std::int64_t step_offset = py::len(item) == 3
+                                         ? range_integer(item[py::int_(2)], where, "step_offset", 0,
+                                                         "larger than any step count")
+                                         : 0;
+    ranges.push_back({static_cast<std::size_t>(size),
+                      optimizer_from_python(item[py::int_(1)], (where + "'s optimizer").c_str()),
+                      step_offset});
     ++r;
   }
   return OptimizerRanges(std::move(ranges));
 }
 
 py::object ranges_to_python(const OptimizerRanges& ranges) {
-  if (ranges.count() == 1) return optimizer_to_python(ranges.front());
+  const bool offsets = std::any_of(ranges.ranges().begin(), ranges.ranges().end(),
+                                   [](const OptimizerRange& r) { return r.step_offset != 0; });
+  if (ranges.count() == 1 && !offsets) return optimizer_to_python(ranges.front());
   py::list out;
-  for (const OptimizerRange& range : ranges.ranges())
-    out.append(py::make_tuple(range.size, optimizer_to_python(range.optimizer)));
+  for (const OptimizerRange& range : ranges.ranges()) {
+    if (offsets) {
+      out.append(
+          py::make_tuple(range.size, optimizer_to_python(range.optimizer), range.step_offset));
+    } else {
+      out.append(py::make_tuple(range.size, optimizer_to_python(range.optimizer)));
+    }
+  }
   return out;
 }
 

@@ -20,13 +20,15 @@ Optimizer optimizer_from_python(py::handle obj, const char* param);
 py::object optimizer_to_python(const Optimizer& optimizer);
 
 // What OptEx(optimizer=...) and set_optimizer take: an optimizer, or a list
-// of (size, optimizer) pairs (hyperparameters per contiguous range).
-// TypeError or ValueError naming `param` and the entry (None is a TypeError:
-// only OptEx's constructor gives it a meaning, Adam's defaults).
+// of (size, optimizer) pairs or (size, optimizer, step_offset) triples
+// (hyperparameters per contiguous range; the offset defaults to 0). TypeError
+// or ValueError naming `param` and the entry (None is a TypeError: only
+// OptEx's constructor gives it a meaning, Adam's defaults).
 OptimizerRanges ranges_from_python(py::handle obj, const char* param);
 
-// The optimizer when there is one range, else a list of (size, optimizer)
-// pairs: what ranges_from_python takes back.
+// What ranges_from_python takes back: the optimizer when there is one range
+// at step offset 0; else a list of (size, optimizer) pairs, or of (size,
+// optimizer, step_offset) triples when any range has a step offset.
 py::object ranges_to_python(const OptimizerRanges& ranges);
 
 }  // namespace optex::python

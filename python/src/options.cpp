@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -237,6 +238,50 @@ Options options_from_state(const py::dict& state) {
 }
 
 }  // namespace
+
+py::dict options_to_dict(const Options& options) {
+  py::dict out = state_of(options);
+  out["lengthscale_grid"] = py::list(out["lengthscale_grid"]);
+  return out;
+}
+
+Options options_from_dict(py::handle dict, const std::string& name) {
+  if (!py::isinstance<py::dict>(dict)) {
+    throw std::invalid_argument(name + ": expected a dict of Options fields, got " +
+                                type_name(dict));
+  }
+  const auto fields = py::reinterpret_borrow<py::dict>(dict);
+  for (const auto& [key, value] : fields) {
+    const bool known = py::isinstance<py::str>(key) &&
+                       std::any_of(kFields.begin(), kFields.end(), [&](const Field& f) {
+                         return key.cast<std::string>() == f.name;
+                       });
+    if (!known) {
+      throw std::invalid_argument(name + ": unknown key " + py::repr(key).cast<std::string>() +
+                                  " (not a field of optex.Options)");
+    }
+  }
+  Options o;
+  for (const Field& f : kFields) {
+    const std::string where = name + "['" + f.name + "']";
+    if (!fields.contains(f.name)) throw std::invalid_argument(where + ": missing");
+    try {
+      f.set(o, fields[f.name]);
+    } catch (const py::type_error& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    } catch (const py::error_already_set& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ": " + e.what());
+    }
+  }
+  try {
+    o.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(name + ": " + e.what());
+  }
+  return o;
+}
 
 bool set_option_field(Options& options, const std::string& name, py::handle value) {
   for (const Field& f : kFields) {

@@ -96,6 +96,35 @@ def test_mutated_checkpoints_are_refused_and_leave_an_engine_alone(
         pass  # the fit may refuse statistics that no longer match the points
 
 
+# engine()'s file: Options with an empty lengthscale grid (85 bytes), the range count
+# (u32) and the range's size (u64), then its step offset (i64, format 5).
+STEP_OFFSET = HEADER + 85 + 4 + 8
+
+
+def test_a_step_offset_beyond_the_state_step_is_refused_naming_it(tmp_path: pathlib.Path, saved: bytes) -> None:
+    state_step = engine().state_arrays()["step"]
+    assert int.from_bytes(saved[STEP_OFFSET:STEP_OFFSET + 8], "little", signed=True) == 0
+    path = tmp_path / "offset.ckpt"
+    for bad in (-1, -(2**63), state_step + 1, 2**63 - 1):
+        data = bytearray(saved)
+        data[STEP_OFFSET:STEP_OFFSET + 8] = bad.to_bytes(8, "little", signed=True)
+        path.write_bytes(with_checksum(data))
+        existing = engine()
+        before = snapshot(existing)
+        with pytest.raises(RuntimeError, match=rf"optimizer range 0 step_offset at byte {STEP_OFFSET}: "):
+            optex.OptEx.load(path)
+        assert snapshot(existing) == before
+    # Within the step it is a value like any other, and comes back.
+    data = bytearray(saved)
+    data[STEP_OFFSET:STEP_OFFSET + 8] = state_step.to_bytes(8, "little", signed=True)
+    path.write_bytes(with_checksum(data))
+    loaded = optex.OptEx.load(path)
+    assert loaded.optimizer == [(4, optex.Adam(lr=0.05), state_step)]
+    step(loaded)
+    loaded.save(tmp_path / "again.ckpt")
+    assert optex.OptEx.load(tmp_path / "again.ckpt").optimizer == [(4, optex.Adam(lr=0.05), state_step)]
+
+
 def test_paths_with_a_nul_byte_are_refused(tmp_path: pathlib.Path) -> None:
     opt = engine()
     for path in (str(tmp_path / "run.ckpt") + "\0evil", os.fsencode(tmp_path / "run.ckpt") + b"\0x",

@@ -1,6 +1,7 @@
 """Hyperparameters per range and the explicit optimizer state: every refusal.
 
-The same parser reads an optimizer or a list of (size, optimizer) pairs for
+The same parser reads an optimizer or a list of (size, optimizer) pairs (or
+(size, optimizer, step_offset) triples) for
 OptEx(optimizer=...), set_optimizer, init_state and apply_step, so every bad
 specification below is tried on all four. Each refusal must raise the
 documented exception and change nothing: the engine's iterate, counters and
@@ -72,15 +73,16 @@ BAD_SPECS = [
     (generator, TypeError, "^optimizer: expected .* got generator$"),
     (lambda: iter(GOOD_RANGES), TypeError, "^optimizer: expected .* got list_iterator$"),
     (lambda: np.array([D]), TypeError, "^optimizer: expected .* got ndarray$"),
-    # Entries that are not (size, optimizer) pairs.
+    # Entries that are not (size, optimizer) pairs or (size, optimizer, step_offset) triples.
     (lambda: [optex.Adam()], TypeError,
-     r"^optimizer\[0\]: expected a \(size, optimizer\) pair, got Adam\(lr=0.001"),
-    (lambda: [(D,)], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair, got \(5,\)$"),
-    (lambda: [(D, optex.Adam(), 1)], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair"),
+     r"^optimizer\[0\]: expected a \(size, optimizer\) pair or a \(size, optimizer, step_offset\) "
+     r"triple, got Adam\(lr=0.001"),
+    (lambda: [(D,)], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair or .*, got \(5,\)$"),
+    (lambda: [(D, optex.Adam(), 0, 1)], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair"),
     (lambda: [[(D, optex.Adam())]], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair"),
     (lambda: [(2, optex.Adam()), optex.Adam()], TypeError, r"^optimizer\[1\]: expected a \(size"),
-    (lambda: ["ab"], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair, got 'ab'$"),
-    (lambda: [None], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair, got None$"),
+    (lambda: ["ab"], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair or .*, got 'ab'$"),
+    (lambda: [None], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair or .*, got None$"),
     (lambda: [np.array([D, 0])], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair"),
     (lambda: [{D: optex.Adam()}], TypeError, r"^optimizer\[0\]: expected a \(size, optimizer\) pair"),
     (lambda: [(x for x in (D, optex.Adam()))], TypeError, r"^optimizer\[0\]: expected a \(size"),
@@ -98,6 +100,18 @@ BAD_SPECS = [
     (lambda: [((5,), optex.Adam())], TypeError, r"^optimizer\[0\]: the size must be an int, got \(5,\)$"),
     (lambda: [(2, optex.Adam()), (3 + 0j, optex.Adam())], TypeError,
      r"^optimizer\[1\]: the size must be an int"),
+    # Step offsets that are not ints, or below zero (one beyond the state's step is refused
+    # where there is a state: test_step_offsets.py).
+    (lambda: [(2, optex.Adam()), (3, optex.Adam(), 1.0)], TypeError,
+     r"^optimizer\[1\]: the step_offset must be an int, got 1.0$"),
+    (lambda: [(D, optex.Adam(), True)], TypeError, r"^optimizer\[0\]: the step_offset must be an int, got True$"),
+    (lambda: [(D, optex.Adam(), None)], TypeError, r"^optimizer\[0\]: the step_offset must be an int"),
+    (lambda: [(D, optex.Adam(), "0")], TypeError, r"^optimizer\[0\]: the step_offset must be an int"),
+    (lambda: [(2, optex.Adam(), 0), (3, optex.Adam(), -1)], ValueError,
+     r"^optimizer\[1\]: the step_offset must be >= 0, got -1$"),
+    (lambda: [(D, optex.Adam(), -(2**70))], ValueError, r"^optimizer\[0\]: the step_offset must be >= 0"),
+    (lambda: [(D, optex.Adam(), 2**63)], ValueError,
+     r"^optimizer\[0\]: the step_offset 9223372036854775808 is larger than any step count$"),
     # Optimizers that are not optimizers.
     (lambda: [(D, "adam")], TypeError, rf"^optimizer\[0\]'s optimizer: expected {CLASSES}, got str$"),
     (lambda: [(D, None)], TypeError, r"^optimizer\[0\]'s optimizer: expected .* got NoneType$"),

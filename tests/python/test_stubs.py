@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
+import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
@@ -171,10 +172,66 @@ def test_optimizer_class_matches_the_stub(cls: type) -> None:
     kind = members["kind"].annotation
     match = re.fullmatch(r"ClassVar\[Literal\[(.+)\]\]", ast.unparse(kind))
     assert match and ast.literal_eval(match.group(1)) == cls.kind
+    # The state slots' names, slot by slot, as literals.
+    names = members["state_slot_names"].annotation
+    match = re.fullmatch(r"ClassVar\[tuple\[(.+)\]\]", ast.unparse(names))
+    assert match, ast.unparse(names)
+    assert tuple(slot_literals(e) for e in names.slice.slice.elts) == tuple(
+        {n} for n in cls.state_slot_names)
+    kept = members["state_slots"]
+    assert isinstance(kept, ast.FunctionDef) and kept.decorator_list[0].id == "property"
+    assert ast.unparse(kept.returns.value) == "tuple"
+    allowed = [slot_literals(e) for e in kept.returns.slice.elts]
+    assert len(allowed) == len(cls.state_slot_names)
+    for slot, (names_here, name) in enumerate(zip(allowed, cls.state_slot_names)):
+        assert names_here <= {name, None}, (cls.__name__, slot)
+        assert defaults.state_slots[slot] in names_here, (cls.__name__, slot)
     # A value type that is not hashable, and nothing the module does not have.
     assert ast.unparse(members["__hash__"].annotation) == "ClassVar[None]"
     public = {n for n in members if not n.startswith("_")}
-    assert public == {*cls.hyperparameters, "hyperparameters", "kind"}
+    assert public == {*cls.hyperparameters, "hyperparameters", "kind", "state_slot_names", "state_slots"}
+
+
+def slot_literals(node: ast.expr) -> set[str | None]:
+    """The values `Literal["a"] | None` allows: {"a", None}."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return slot_literals(node.left) | slot_literals(node.right)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return {None}
+    assert isinstance(node, ast.Subscript) and ast.unparse(node.value) == "Literal", ast.dump(node)
+    return {ast.literal_eval(node.slice)}
+
+
+# ---- the state arrays' documented keys ------------------------------------------------
+
+
+def typed_dict_keys(name: str) -> dict[str, str]:
+    """The keys of a TypedDict of the stub, with their annotations."""
+    node = stub_class(name)
+    return {m.target.id: ast.unparse(m.annotation) for m in node.body if isinstance(m, ast.AnnAssign)}
+
+
+def test_the_state_arrays_keys_are_those_the_stub_documents() -> None:
+    opt = optex.OptEx([0.5, -1.0, 2.0], optimizer=optex.Adam(lr=0.1), parallelism=2, history=3)
+    for _ in range(2):
+        points = opt.ask()
+        opt.tell(2 * points, (points**2).sum(axis=1))
+    state = opt.state_arrays()
+    documented = typed_dict_keys("_StateArrays")
+    assert set(state) == set(documented)
+    assert documented["history"] == "NotRequired[_StateHistory]"
+    assert "history" not in opt.state_arrays(history=False)
+    assert set(state["history"]) == set(typed_dict_keys("_StateHistory"))
+    assert set(state["round"]) == set(typed_dict_keys("_StateRound"))
+    # The Python types the annotations name.
+    types = {"int": int, "float": float, "NDArray[np.float32]": np.ndarray, "NDArray[np.float64]": np.ndarray}
+    for values, annotations in ((state, documented), (state["history"], typed_dict_keys("_StateHistory")),
+                                (state["round"], typed_dict_keys("_StateRound"))):
+        for key, annotation in annotations.items():
+            if annotation in types:
+                assert type(values[key]) is types[annotation], key
+                if annotation.startswith("NDArray"):
+                    assert values[key].dtype == np.dtype(annotation[len("NDArray[np."):-1]), key
 
 
 def test_the_stub_parses_as_the_installed_copy() -> None:

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -95,6 +96,8 @@ class EngineBackend {
   // ---- host views (a device backend copies on request) ----
   virtual std::span<const float> iterate() = 0;
   virtual const OptimizerState& optimizer_state() = 0;
+  // The optimizer state's step count, without copying the state.
+  virtual std::int64_t state_step() const = 0;
   virtual const GradientHistory& history() = 0;
   // The T0 x T0 statistics of the history; always on the host, never copies.
   virtual const HistoryGram& gram() const = 0;
