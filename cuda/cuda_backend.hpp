@@ -60,7 +60,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
 
   std::span<const float> iterate() override;
   const OptimizerState& optimizer_state() override;
-  std::int64_t optimizer_step() const override { return step_; }
+  std::int64_t state_step() const override { return step_; }
   const GradientHistory& history() override;
   const HistoryGram& gram() const override { return gram_; }
   std::span<const float> iterate_if_host() const override { return {}; }

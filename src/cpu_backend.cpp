@@ -59,7 +59,7 @@ class CpuBackend final : public EngineBackend {
 
   std::span<const float> iterate() override { return x_; }
   const OptimizerState& optimizer_state() override { return state_; }
-  std::int64_t optimizer_step() const override { return state_.step; }
+  std::int64_t state_step() const override { return state_.step; }
   const GradientHistory& history() override { return history_; }
   const HistoryGram& gram() const override { return history_; }
   std::span<const float> iterate_if_host() const override { return x_; }

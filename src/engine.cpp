@@ -122,7 +122,7 @@ void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   optimizer_ = std::move(sized);
 }
 const OptimizerState& Engine::optimizer_state() const { return backend().optimizer_state(); }
-std::int64_t Engine::optimizer_step() const { return backend().optimizer_step(); }
+std::int64_t Engine::optimizer_step() const { return backend().state_step(); }
 const GradientHistory& Engine::history() const { return backend().history(); }
 
 void Engine::refit_if_needed() {

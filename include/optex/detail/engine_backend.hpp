@@ -97,8 +97,9 @@ class EngineBackend {
   // ---- host views (a device backend copies on request) ----
   virtual std::span<const float> iterate() = 0;
   virtual const OptimizerState& optimizer_state() = 0;
-  // optimizer_state().step, without a copy.
-  virtual std::int64_t optimizer_step() const = 0;
+  // optimizer_state().step, without a copy. Not named optimizer_step: in the
+  // CUDA backend that name would hide the kernel launcher of kernels.cuh.
+  virtual std::int64_t state_step() const = 0;
   virtual const GradientHistory& history() = 0;
   // The T0 x T0 statistics of the history; always on the host, never copies.
   virtual const HistoryGram& gram() const = 0;
