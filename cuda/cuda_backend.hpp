@@ -82,6 +82,8 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   void discard_work_state() override { work_state_is_last_ = false; }
   void check_gradients(Batch& batch, std::span<char> finite) override;
   bool stage_step(Batch& batch, int c) override;
+  // Device-to-device copies on the stream, one per range and buffer.
+  void keep_coordinates(std::span<const CoordinateRange> ranges) override;
   detail::CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                              std::span<const char> predicted) override;
 

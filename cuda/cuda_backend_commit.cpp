@@ -57,6 +57,22 @@ bool CudaBackend<PointStore, GradStore>::stage_step(Batch& batch, int c) {
 }
 
 template <class PointStore, class GradStore>
+void CudaBackend<PointStore, GradStore>::keep_coordinates(std::span<const CoordinateRange> ranges) {
+  DeviceGuard guard(device_index_);
+  // Enqueued after the staged step on the same stream, so they overwrite it.
+  const auto keep = [this](const float* current, float* staged, const CoordinateRange& r) {
+    OPTEX_CUDA_CHECK(cudaMemcpyAsync(staged + r.offset, current + r.offset, r.size * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream()));
+  };
+  for (const CoordinateRange& r : ranges) {
+    keep(x_.data(), next_x_.data(), r);
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (slots_.uses(j)) keep(state_[j].data(), work_state_[j].data(), r);
+    }
+  }
+}
+
+template <class PointStore, class GradStore>
 CommitStats CudaBackend<PointStore, GradStore>::commit(Batch& batch, int c,
                                                        std::span<const char> keep,
                                                        std::span<const char> predicted) {
@@ -270,10 +286,11 @@ void CudaBackend<PointStore, GradStore>::adopt_committed_state() {
   history_host_current_ = false;
 }
 
-#define OPTEX_INSTANTIATE(P, G)                                                      \
-  template void CudaBackend<P, G>::check_gradients(Batch&, std::span<char>);         \
-  template bool CudaBackend<P, G>::stage_step(Batch&, int);                          \
-  template CommitStats CudaBackend<P, G>::commit(Batch&, int, std::span<const char>, \
+#define OPTEX_INSTANTIATE(P, G)                                                        \
+  template void CudaBackend<P, G>::check_gradients(Batch&, std::span<char>);           \
+  template bool CudaBackend<P, G>::stage_step(Batch&, int);                            \
+  template void CudaBackend<P, G>::keep_coordinates(std::span<const CoordinateRange>); \
+  template CommitStats CudaBackend<P, G>::commit(Batch&, int, std::span<const char>,   \
                                                  std::span<const char>);
 OPTEX_FOR_EACH_HISTORY_STORAGE(OPTEX_INSTANTIATE)
 #undef OPTEX_INSTANTIATE

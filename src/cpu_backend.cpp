@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "optex/detail/allocation.hpp"
 #include "optex/detail/engine_backend.hpp"
@@ -20,6 +23,15 @@ bool state_finite(const OptimizerState& s) {
   return std::all_of(s.slots.begin(), s.slots.end(), [](const std::vector<float>& slot) {
     return all_within_bound(slot, FLT_MAX);
   });
+}
+
+// staged[r] := current[r]; nothing when both are empty (a slot the optimizer does not keep).
+void keep_values(const std::vector<float>& current, std::vector<float>& staged,
+                 const CoordinateRange& r) {
+  if (current.empty()) return;
+  const auto first = current.begin() + static_cast<std::ptrdiff_t>(r.offset);
+  std::copy(first, first + static_cast<std::ptrdiff_t>(r.size),
+            staged.begin() + static_cast<std::ptrdiff_t>(r.offset));
 }
 
 // ||a - b|| over d floats, in one pass (no cancellation between nearby rows).
@@ -148,6 +160,15 @@ class CpuBackend final : public EngineBackend {
     work_state_is_last_ = false;
     apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d});
     return all_within_bound(next_x_, bound_) && state_finite(work_state_);
+  }
+
+  void keep_coordinates(std::span<const CoordinateRange> ranges) override {
+    for (const CoordinateRange& r : ranges) {
+      keep_values(x_, next_x_, r);
+      for (std::size_t j = 0; j < state_.slots.size(); ++j) {
+        keep_values(state_.slots[j], work_state_.slots[j], r);  // an unused slot is empty
+      }
+    }
   }
 
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,

@@ -103,10 +103,41 @@ std::uint64_t layout_fingerprint(const DistributedOptions& d) {
 // Per rank, at tell(): where it is, what failed, and its losses.
 struct StatusHeader {
   std::int64_t iteration = 0;
+  std::uint64_t unchanged = 0;  // unchanged_hash() of the rank's ranges
   std::int32_t failures = 0;
   std::int32_t failed_point = -1;
   char message[200] = {};
 };
+
+// What the ranks compare of tell()'s `unchanged`: a hash of the ranges,
+// odd, and 0 where this rank refused them (`refusal` says why).
+std::uint64_t unchanged_hash(std::span<const CoordinateRange> ranges, const std::string& refusal) {
+  if (!refusal.empty()) return 0;
+  return fnv1a64(reinterpret_cast<const unsigned char*>(ranges.data()), ranges.size_bytes()) | 1u;
+}
+
+// Every rank must commit with the same `unchanged`, or the states part: a
+// rank that refused its ranges, or ranks whose ranges differ from rank 0's,
+// make every rank throw, before anything changes.
+void agree_on_unchanged(const std::vector<std::uint64_t>& hashes, const std::string& refusal) {
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
+  std::vector<int> refused;
+  std::vector<int> differ;
+  for (std::size_t r = 0; r < hashes.size(); ++r) {
+    if (hashes[r] == 0) refused.push_back(static_cast<int>(r));
+    if (hashes[r] != hashes[0]) differ.push_back(static_cast<int>(r));
+  }
+  if (!refused.empty()) {
+    throw std::invalid_argument("unchanged: coordinate ranges refused by " + name_ranks(refused) +
+                                " (every rank must pass the same valid ranges); nothing was "
+                                "committed");
+  }
+  if (!differ.empty()) {
+    throw std::invalid_argument("unchanged: " + name_ranks(differ) +
+                                " passed other coordinate ranges than rank 0 (every rank must "
+                                "pass the same); nothing was committed");
+  }
+}
 
 Engine build_engine(std::span<const float> x0, OptimizerRanges optimizer, const Options& options,
                     Communicator& comm, const DistributedOptions& distributed) {
@@ -256,7 +287,8 @@ void DistributedEngine::fail(int i, std::string_view message) {
   failures_.push_back({i, std::string(message)});
 }
 
-const IterationInfo& DistributedEngine::tell(Batch& batch) {
+const IterationInfo& DistributedEngine::tell(Batch& batch,
+                                             std::span<const CoordinateRange> unchanged) {
   if (!engine_.pending()) {
     throw std::runtime_error("tell: no batch is pending; call ask() first");
   }
@@ -264,19 +296,20 @@ const IterationInfo& DistributedEngine::tell(Batch& batch) {
     throw std::invalid_argument("batch: not the batch this engine's ask() returned");
   }
   const auto start = Clock::now();
-  exchange_status_and_losses(batch);
+  exchange_status_and_losses(batch, unchanged);
   const std::span<float> rows = gradient_rows(batch);
   if (distributed_.data_parallel > 1) average_over_group(batch, rows);
   gather_groups(rows);
   stats_.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  const IterationInfo& info = engine_.tell(batch);
+  const IterationInfo& info = engine_.tell(batch, unchanged);
   failures_.clear();
   const int k = distributed_.hash_interval;
   if (k > 0 && engine_.iteration() % k == 0) check_same_state();
   return info;
 }
 
-void DistributedEngine::exchange_status_and_losses(Batch& batch) {
+void DistributedEngine::exchange_status_and_losses(Batch& batch,
+                                                   std::span<const CoordinateRange> unchanged) {
   // One fixed-size record per rank: the header, then the losses of this
   // rank's points (padded to the largest group).
   const int max_rows = points_of_group(0).count;  // the first groups are the largest
@@ -284,6 +317,15 @@ void DistributedEngine::exchange_status_and_losses(Batch& batch) {
   std::vector<std::byte> mine(record);
   StatusHeader header;
   header.iteration = engine_.iteration();
+  // Checked here but refused only after the exchange: a rank that threw alone
+  // would leave the others waiting in it.
+  std::string refusal;
+  try {
+    check_coordinate_ranges(unchanged, engine_.dim(), "unchanged");
+  } catch (const std::invalid_argument& e) {
+    refusal = e.what();
+  }
+  header.unchanged = unchanged_hash(unchanged, refusal);
   header.failures = static_cast<std::int32_t>(failures_.size());
   if (!failures_.empty()) {
     header.failed_point = failures_.front().point;
@@ -326,6 +368,11 @@ void DistributedEngine::exchange_status_and_losses(Batch& batch) {
                          " at another iteration than rank 0's " +
                          std::to_string(header_of(0).iteration));
   }
+
+  std::vector<std::uint64_t> hashes(static_cast<std::size_t>(world_size()));
+  for (int r = 0; r < world_size(); ++r)
+    hashes[static_cast<std::size_t>(r)] = header_of(r).unchanged;
+  agree_on_unchanged(hashes, refusal);
 
   // Failures, the same list on every rank.
   std::vector<int> failed_ranks;

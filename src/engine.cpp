@@ -131,6 +131,7 @@ void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   optimizer_ = std::move(sized);
 }
 const OptimizerState& Engine::optimizer_state() const { return backend().optimizer_state(); }
+std::int64_t Engine::optimizer_step() const { return backend().state_step(); }
 const GradientHistory& Engine::history() const { return backend().history(); }
 
 void Engine::refit_if_needed() {
@@ -280,9 +281,10 @@ std::vector<int> Engine::nonfinite_points(Batch& batch) {
   return points;
 }
 
-const IterationInfo& Engine::tell(Batch& batch) {
+const IterationInfo& Engine::tell(Batch& batch, std::span<const CoordinateRange> unchanged) {
   check_pending_batch(batch);
-  return commit(batch);
+  check_coordinate_ranges(unchanged, dim(), "unchanged");
+  return commit(batch, unchanged);
 }
 
 void Engine::check_pending_batch(const Batch& batch) const {
@@ -300,8 +302,8 @@ void Engine::check_pending_batch(const Batch& batch) const {
   }
 }
 
-const IterationInfo& Engine::tell(std::span<const float> gradients,
-                                  std::span<const double> losses) {
+const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<const double> losses,
+                                  std::span<const CoordinateRange> unchanged) {
   if (!pending_) {
     throw std::runtime_error("tell: no pending batch (iteration " + std::to_string(iteration_) +
                              "): call ask() first; tell() commits each batch once");
@@ -317,6 +319,7 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
     throw std::invalid_argument("losses: size " + std::to_string(losses.size()) +
                                 " does not match N = " + std::to_string(n));
   }
+  check_coordinate_ranges(unchanged, d, "unchanged");
   // Validate before writing: without a single admissible pair nothing is written.
   const float bound = magnitude_bound(d);
   bool any_admissible = false;
@@ -340,7 +343,7 @@ const IterationInfo& Engine::tell(std::span<const float> gradients,
   const std::vector<double> losses_before = batch_.losses_;
   if (!own_losses) std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
   try {
-    return commit(batch_);
+    return commit(batch_, unchanged);
   } catch (...) {
     if (!own_rows) std::copy(replaced_rows_.begin(), replaced_rows_.end(), rows.begin());
     batch_.losses_ = losses_before;
@@ -373,7 +376,7 @@ int Engine::commit_point(Batch& chain, std::span<char> admissible) {
   return -1;
 }
 
-const IterationInfo& Engine::commit(Batch& batch) {
+const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRange> unchanged) {
   // With a chain, the caller's rows are evaluations: each point's gradient and
   // loss become the means of its admissible ones, written to the chain only.
   const bool with_chain = uses_chain();
@@ -402,6 +405,8 @@ const IterationInfo& Engine::commit(Batch& batch) {
   }
   const int c = commit_point(chain, admissible);
   if (c < 0) throw nothing_to_commit(iteration_);
+  // After the choice of c, so that it is the one made without `unchanged`.
+  if (!unchanged.empty()) backend().keep_coordinates(unchanged);
   // From here on nothing throws: the state changes all at once.
   const detail::CommitStats stats = backend().commit(
       chain, c, admissible,

@@ -23,6 +23,7 @@
 
 #include "engine_equality.hpp"
 #include "optex/communicator.hpp"
+#include "optex/coordinate_range.hpp"
 #include "optex/data_parallel.hpp"
 #include "optex/distributed_engine.hpp"
 #include "optex/distributed_minimize.hpp"
@@ -413,6 +414,87 @@ inline void CheckLocalMisuse(Communicator& comm) {
   for (int i : mine) b.loss(i) = problems::Sphere().EvaluateWithGradient(b.point(i), b.grad(i));
   engine.tell(b);
   EXPECT_THROW(engine.tell(b), std::runtime_error);  // nothing pending any more
+}
+
+// tell(batch, unchanged) with the same ranges on every rank: bit for bit the
+// single-process engine told the same ranges, after every round, and the
+// ranges never leave the start point (their gradients are not even zero).
+inline void CheckUnchangedMatchesSingleProcess(Communicator& comm) {
+  comm.set_timeout(kTestTimeout);
+  Options options = WithN(4, 21);
+  options.history = 12;
+  const std::vector<float> x0 = UniformStart(kDim, 8);
+  const std::vector<CoordinateRange> unchanged = {{0, 3}, {17, 10}, {kDim - 1, 1}};
+  DistributedOptions dist;
+  dist.hash_interval = 1;
+  const Optimizer adam_l2 = Adam{.lr = 0.01, .weight_decay = 0.1};
+  DistributedEngine engine(x0, adam_l2, options, comm, dist);
+  Engine reference(x0, adam_l2, options);
+  NoisyQuadratic f;
+  for (int t = 0; t < 6; ++t) {
+    Batch& batch = engine.ask();
+    for (int i : engine.my_points()) {
+      batch.loss(i) = f.EvaluateWithGradient(batch.point(i), batch.grad(i), engine.seed(i));
+    }
+    engine.tell(batch, unchanged);
+    Batch& ref_batch = reference.ask();
+    EvaluateLikeAGroup(ref_batch, 1);
+    reference.tell(ref_batch, unchanged);
+    ASSERT_TRUE(SameEngine(engine.engine(), reference))
+        << "rank " << comm.rank() << " of " << comm.size() << ", iteration " << t;
+  }
+  const std::span<const float> x = engine.engine().iterate();
+  for (const CoordinateRange& r : unchanged) {
+    EXPECT_TRUE(
+        BitEqual(x.subspan(r.offset, r.size), std::span<const float>(x0).subspan(r.offset, r.size)))
+        << "range at " << r.offset;
+  }
+}
+
+// A rank that passes other unchanged ranges than rank 0, or invalid ones,
+// makes every rank throw std::invalid_argument before anything changes (the
+// refusing rank with its own reason); the round can then be told with
+// agreeing ranges, as one process would.
+inline void CheckUnchangedDisagreementIsRefused(Communicator& comm) {
+  comm.set_timeout(kTestTimeout);
+  if (comm.size() < 2) return;
+  const int last = comm.size() - 1;
+  const bool is_last = comm.rank() == last;
+  const Optimizer sgd = Sgd{.lr = 0.01, .momentum = 0.9, .weight_decay = 0.1};
+  DistributedEngine engine(UniformStart(kDim, 9), sgd, WithN(4, 3), comm);
+  Engine reference(UniformStart(kDim, 9), sgd, WithN(4, 3));
+  NoisyQuadratic f;
+  Batch& batch = engine.ask();
+  for (int i : engine.my_points()) {
+    batch.loss(i) = f.EvaluateWithGradient(batch.point(i), batch.grad(i), engine.seed(i));
+  }
+  const std::uint64_t hash_before = engine.state_hash();
+  const std::vector<CoordinateRange> agreed = {{2, 5}};
+  const std::vector<CoordinateRange> other = {{2, 6}};
+  const std::vector<CoordinateRange> overlapping = {{2, 5}, {4, 1}};
+  const std::string last_name = "rank " + std::to_string(last);
+  try {
+    engine.tell(batch, is_last ? other : agreed);
+    ADD_FAILURE() << "rank " << comm.rank() << ": different ranges were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(last_name + " passed other coordinate ranges"));
+  }
+  EXPECT_EQ(engine.state_hash(), hash_before);
+  EXPECT_TRUE(engine.engine().pending());
+  try {
+    engine.tell(batch, is_last ? overlapping : agreed);
+    ADD_FAILURE() << "rank " << comm.rank() << ": invalid ranges were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(is_last ? "range 1 (offset 4, size 1) overlaps"
+                                                       : "refused by " + last_name));
+  }
+  EXPECT_EQ(engine.state_hash(), hash_before);
+  EXPECT_TRUE(engine.engine().pending());
+  engine.tell(batch, agreed);
+  Batch& ref_batch = reference.ask();
+  EvaluateLikeAGroup(ref_batch, 1);
+  reference.tell(ref_batch, agreed);
+  EXPECT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
 }
 
 }  // namespace optex::test

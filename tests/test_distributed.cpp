@@ -75,6 +75,14 @@ TEST_P(Distributed, CheckpointResumes) {
   RunOnRanks(GetParam(), [&path](Communicator& c) { CheckCheckpointResumes(c, path); });
 }
 
+TEST_P(Distributed, UnchangedRangesMatchSingleProcess) {
+  RunOnRanks(GetParam(), CheckUnchangedMatchesSingleProcess);
+}
+
+TEST_P(Distributed, DisagreeingUnchangedRangesAreRefusedOnEveryRank) {
+  RunOnRanks(GetParam(), CheckUnchangedDisagreementIsRefused);
+}
+
 TEST_P(Distributed, LocalMisuseThrowsWithoutCommunicating) {
   RunOnRanks(GetParam(), CheckLocalMisuse);
 }

@@ -75,6 +75,16 @@ TEST(DistributedMpi, BadLayoutsAreRefused) {
   CheckBadLayoutsAreRefused(world);
 }
 
+TEST(DistributedMpi, UnchangedRangesMatchSingleProcess) {
+  MpiCommunicator world;
+  CheckUnchangedMatchesSingleProcess(world);
+}
+
+TEST(DistributedMpi, DisagreeingUnchangedRangesAreRefusedOnEveryRank) {
+  MpiCommunicator world;
+  CheckUnchangedDisagreementIsRefused(world);
+}
+
 TEST(DistributedMpi, PointsCoverTheBatch) {
   MpiCommunicator world;
   CheckPointsCoverTheBatch(world);

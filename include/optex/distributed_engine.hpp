@@ -154,7 +154,14 @@ class DistributedEngine {
   // Throws RankFailure, RankDivergence or CommunicatorError as described
   // above; after RankFailure or CommunicatorError the batch is still pending
   // and the engine unchanged. RankDivergence comes after the commit.
-  const IterationInfo& tell(Batch& batch);
+  //
+  // `unchanged`: the coordinates the commit leaves as they are (as in
+  // Engine::tell). Every rank must pass the same ranges: the ranks compare a
+  // hash of them in the exchange they make anyway, and when a rank's ranges
+  // are invalid or differ from rank 0's, every rank throws
+  // std::invalid_argument (naming the ranks, or this rank's own problem)
+  // before anything changes; the batch stays pending.
+  const IterationInfo& tell(Batch& batch, std::span<const CoordinateRange> unchanged = {});
 
   int rank() const;
   int world_size() const;
@@ -174,7 +181,7 @@ class DistributedEngine {
   void check_same_configuration();
   void check_same_state();
   // The collectives of tell(), in order.
-  void exchange_status_and_losses(Batch& batch);
+  void exchange_status_and_losses(Batch& batch, std::span<const CoordinateRange> unchanged);
   void average_over_group(Batch& batch, std::span<float> rows);
   void gather_groups(std::span<float> rows);
   std::span<float> gradient_rows(Batch& batch);

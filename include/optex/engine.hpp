@@ -35,6 +35,7 @@
 
 #include "optex/adaptive_split.hpp"
 #include "optex/batch.hpp"
+#include "optex/coordinate_range.hpp"
 #include "optex/device.hpp"
 #include "optex/engine_snapshot.hpp"
 #include "optex/gradient_history.hpp"
@@ -81,7 +82,19 @@ class Engine {
   // the caller has filled in. Throws std::invalid_argument for a batch of
   // another engine, std::runtime_error without a pending ask(); the engine is
   // unchanged after any throw.
-  const IterationInfo& tell(Batch& batch);
+  //
+  // `unchanged`: coordinates the commit leaves as they are (parameters that
+  // took no part in this round's evaluations, as torch.optim skips a
+  // parameter without a gradient). There the next iterate is the current one
+  // and every optimizer state slot keeps its value, bit for bit; the step
+  // count is one number for all coordinates and advances as usual. Everything
+  // else is exactly as without them: the history receives the round's points
+  // and the gradients as given (normally zeros there), and the point the
+  // commit steps from is chosen as before. Ranges must be non-empty, within
+  // [0, dim()), sorted by offset and disjoint (check_coordinate_ranges):
+  // otherwise std::invalid_argument naming the range, before anything
+  // changes, and the batch stays pending.
+  const IterationInfo& tell(Batch& batch, std::span<const CoordinateRange> unchanged = {});
 
   // The points of the pending batch whose gradient row or loss is not finite
   // (tell() would drop them), in order. On a device engine the rows are
@@ -90,7 +103,8 @@ class Engine {
   std::vector<int> nonfinite_points(Batch& batch);
 
   // The same, from flat arrays: gradients N x d row-major, losses N.
-  const IterationInfo& tell(std::span<const float> gradients, std::span<const double> losses);
+  const IterationInfo& tell(std::span<const float> gradients, std::span<const double> losses,
+                            std::span<const CoordinateRange> unchanged = {});
 
   void set_gradient_oracle(GradientOracle oracle) { oracle_ = std::move(oracle); }
 
@@ -152,6 +166,12 @@ class Engine {
   // engine. dim() floats, valid until the next tell() or load.
   const float* device_iterate() const;
   const OptimizerState& optimizer_state() const;
+  // optimizer_state().step without copying the state on a device engine: the
+  // base optimizer's updates so far. A round advances it by the steps that
+  // led to the committed point c and the commit's own: c + 1 when the round's
+  // proxy steps were applied, 1 when its points held at the iterate (the
+  // default warm-up, or a held batch; section 2 of DESIGN.md).
+  std::int64_t optimizer_step() const;
   const GradientHistory& history() const;
   // The base optimizer of the first range (of every coordinate, unless the
   // engine was given ranges).
@@ -191,7 +211,7 @@ class Engine {
   int commit_point(Batch& chain, std::span<char> admissible);
   // Throws unless `batch` is this engine's pending batch.
   void check_pending_batch(const Batch& batch) const;
-  const IterationInfo& commit(Batch& batch);
+  const IterationInfo& commit(Batch& batch, std::span<const CoordinateRange> unchanged);
 
   Options options_;
   OptimizerRanges optimizer_;                       // sized for dim()

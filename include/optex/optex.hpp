@@ -6,6 +6,7 @@
 
 #include "optex/batch.hpp"
 #include "optex/communicator.hpp"
+#include "optex/coordinate_range.hpp"
 #include "optex/covariance.hpp"
 #include "optex/data_parallel.hpp"
 #include "optex/distributed_engine.hpp"

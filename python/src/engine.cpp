@@ -13,6 +13,7 @@
 
 #include "arrays.hpp"
 #include "bindings.hpp"
+#include "coordinate_ranges.hpp"
 #include "dlpack.hpp"
 #include "names.hpp"
 #include "optex/engine.hpp"
@@ -162,7 +163,8 @@ GradientOracle python_oracle(py::object fn, std::size_t dim) {
   };
 }
 
-Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_nonfinite) {
+Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_nonfinite,
+          py::handle unchanged_arg) {
   PyOptEx::Exclusive busy(self, "tell");
   Engine& engine = self.engine();
   if (!engine.pending()) {
@@ -178,6 +180,8 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
   const py::array losses = float_array(losses_arg, "losses");
   require_shape(losses, "losses", {n});
   require_c_contiguous(losses, "losses");
+  const std::vector<CoordinateRange> unchanged =
+      coordinate_ranges_from_python(unchanged_arg, d, "unchanged");
 
   const bool check = !drop_nonfinite;
   const float bound = magnitude_bound(d);
@@ -206,7 +210,7 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
     l = values_of<double>(losses);
   }
   if (check) require_finite(l, "losses", 0, kTellHint);
-  return Info(engine.tell(g, l));
+  return Info(engine.tell(g, l, unchanged));
 }
 
 py::array ask(const py::object& self_obj) {
@@ -281,7 +285,8 @@ DeviceArray device_iterate(const py::object& self_obj) {
 }
 
 // tell() for gradients written straight into device_grads().
-Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
+Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite,
+                 py::handle unchanged_arg) {
   PyOptEx::Exclusive busy(self, "tell_device");
   Engine& engine = self.engine();
   if (!engine.pending()) throw no_pending_batch("tell_device", engine);
@@ -289,6 +294,8 @@ Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
   const py::array losses = float_array(losses_arg, "losses");
   require_shape(losses, "losses", {n});
   require_c_contiguous(losses, "losses");
+  const std::vector<CoordinateRange> unchanged =
+      coordinate_ranges_from_python(unchanged_arg, engine.dim(), "unchanged");
   std::vector<double> values(n);
   if (is_float32(losses)) {
     widen_to_float64(values_of<float>(losses), values);
@@ -313,7 +320,7 @@ Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite) {
                                   std::to_string(magnitude_bound(engine.dim())) + kTellHint);
     }
   }
-  return Info(engine.tell(batch));
+  return Info(engine.tell(batch, unchanged));
 }
 
 void register_info(py::module_& m) {
@@ -473,8 +480,8 @@ iteration.
 )doc");
   cls.def(
       "tell", &tell, py::arg("grads"), py::arg("losses"), py::kw_only(),
-      py::arg("drop_nonfinite") = false,
-      R"doc(tell(self, grads: ArrayLike, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo
+      py::arg("drop_nonfinite") = false, py::arg("unchanged") = py::none(),
+      R"doc(tell(self, grads: ArrayLike, losses: ArrayLike, *, drop_nonfinite: bool = False, unchanged: ArrayLike | None = None) -> IterationInfo
 
 Commits the batch of the last ask(): grads (N, d) and losses (N,) at its points.
 
@@ -485,6 +492,16 @@ column, unless drop_nonfinite=True: then the engine keeps such pairs out of the
 history and commits from the last finite point (RuntimeError if none is
 finite). Returns an optex.IterationInfo. The engine is unchanged after any
 error, and the batch stays pending.
+
+unchanged: coordinates the commit leaves as they are, as torch.optim skips a
+parameter without a gradient: a sequence of (offset, size) pairs or a (k, 2)
+integer array, each range non-empty and within [0, d), sorted by offset and
+disjoint (ValueError naming the range otherwise). There x and every optimizer
+state slot keep their values bit for bit; the step count (optimizer_step) is
+shared by all coordinates and advances as usual. Everything else is as
+without it: the history receives the points and the gradients as given
+(normally zeros there), and the point the commit steps from is chosen as
+before.
 )doc");
   cls.def("device_points", &device_points,
           R"doc(device_points(self) -> DeviceArray
@@ -512,14 +529,15 @@ iterate until the next tell() or tell_device().
 )doc");
   cls.def(
       "tell_device", &tell_device, py::arg("losses"), py::kw_only(),
-      py::arg("drop_nonfinite") = false,
-      R"doc(tell_device(self, losses: ArrayLike, *, drop_nonfinite: bool = False) -> IterationInfo
+      py::arg("drop_nonfinite") = false, py::arg("unchanged") = py::none(),
+      R"doc(tell_device(self, losses: ArrayLike, *, drop_nonfinite: bool = False, unchanged: ArrayLike | None = None) -> IterationInfo
 
 Commits the pending batch with the gradients already written into
 device_grads() and the (N,) losses (float32 or float64). A non-finite loss or
 gradient row raises ValueError naming the points (the rows are checked where
-they live), unless drop_nonfinite=True, as for tell(). The engine is unchanged
-after any error, and the batch stays pending.
+they live), unless drop_nonfinite=True, as for tell(). unchanged: the
+coordinates the commit leaves as they are, as for tell(). The engine is
+unchanged after any error, and the batch stays pending.
 )doc");
   cls.def(
       "set_gradient_oracle",
@@ -716,6 +734,12 @@ then.
       "evaluations",
       [](const PyOptEx& self) { return self.idle_engine("evaluations").evaluations(); },
       "True gradient evaluations so far.");
+  cls.def_property_readonly(
+      "optimizer_step",
+      [](const PyOptEx& self) { return self.idle_engine("optimizer_step").optimizer_step(); },
+      "The base optimizer's step count (its updates so far; Adam's bias correction reads it), "
+      "one number for all coordinates. A round advances it by committed_point + 1 when its "
+      "proxy steps were applied, by 1 when its points held at the iterate (the warm-up).");
   cls.def_property_readonly(
       "lengthscale",
       [](const PyOptEx& self) { return self.idle_engine("lengthscale").lengthscale(); },

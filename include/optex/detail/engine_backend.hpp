@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "optex/batch.hpp"
+#include "optex/coordinate_range.hpp"
 #include "optex/device.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/history_gram.hpp"
@@ -96,7 +97,9 @@ class EngineBackend {
   // ---- host views (a device backend copies on request) ----
   virtual std::span<const float> iterate() = 0;
   virtual const OptimizerState& optimizer_state() = 0;
-  // The optimizer state's step count, without copying the state.
+  // The optimizer state's step count, without copying the state. Not named
+  // optimizer_step: in the CUDA backend that name would hide the kernel
+  // launcher of kernels.cuh.
   virtual std::int64_t state_step() const = 0;
   virtual const GradientHistory& history() = 0;
   // The T0 x T0 statistics of the history; always on the host, never copies.
@@ -149,6 +152,11 @@ class EngineBackend {
   // Returns whether the next iterate is within the magnitude bound and the
   // next state finite. Changes nothing anyone can observe.
   virtual bool stage_step(Batch& batch, int c) = 0;
+  // After stage_step() returned true, before commit(): the staged iterate
+  // and every staged state slot take the current values on these coordinates
+  // (valid ranges, checked by the caller), so that the commit leaves them
+  // as they are. The staged step count is untouched.
+  virtual void keep_coordinates(std::span<const CoordinateRange> ranges) = 0;
   // The commit, which must not throw, right after stage_step(batch, c)
   // returned true: pairs with keep[i] enter the history in order; the staged
   // state and iterate become the current ones. Cosines are taken between
