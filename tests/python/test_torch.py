@@ -353,20 +353,7 @@ def test_a_hyperparameter_the_engine_cannot_take_raises_and_changes_nothing() ->
     assert opt.engine.iteration == 2
 
 
-def test_float64_parameters_hold_the_float32_iterate() -> None:
-    data = make_data(dtype=torch.float64)
-    model = make_model(dtype=torch.float64)
-    opt = OptEx(model.parameters(), lr=0.01, parallelism=3)
-    closure = closure_for(opt, model, data)
-    for _ in range(3):
-        loss = opt.step(closure)
-    assert loss.dtype == torch.float64
-    x = torch.from_numpy(opt.engine.x)
-    assert torch.equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]), x.double())
-    assert all(p.dtype == torch.float64 for p in model.parameters())
-
-
-def test_parameters_without_gradient_get_zero_gradients() -> None:
+def test_a_parameter_without_gradient_is_not_stepped() -> None:
     data = make_data()
     model = make_model()
     frozen = torch.nn.Parameter(torch.ones(3))
@@ -564,13 +551,6 @@ def test_rmsprop_and_lion_groups_build_the_engine_optimizer() -> None:
     opt.step(closure_for(opt, model, make_data()))
     assert opt.engine.optimizer == optex.RmsProp(lr=0.02, alpha=0.95, momentum=0.3, centered=True)
 
-    with pytest.raises(ValueError, match=r"param_groups\[1\]\['centered'\]: False differs from "
-                                         r"param_groups\[0\]\['centered'\] = True"):
-        OptEx([{"params": model[0].parameters()},
-               {"params": model[2].parameters(), "centered": False}], optimizer="rmsprop", centered=True)
-    with pytest.raises(ValueError, match=r"param_groups\[1\]\['betas'\]: \(0.8, 0.9\) differs"):
-        OptEx([{"params": model[0].parameters()},
-               {"params": model[2].parameters(), "betas": (0.8, 0.9)}], optimizer="lion")
     with pytest.raises(ValueError, match=r"param_groups\[1\]: betas\[1\]: must be in \[0, 1\), got 1"):
         OptEx([{"params": model[0].parameters()},
                {"params": model[2].parameters(), "betas": (0.9, 1.0)}], optimizer="lion")
@@ -682,22 +662,17 @@ def test_param_groups_are_flattened_in_group_then_parameter_order() -> None:
     assert bits(flat([*second.parameters(), *first.parameters()])) == engine.x.tobytes()
 
 
-def test_param_groups_with_different_settings_are_refused() -> None:
+def test_a_group_with_a_bad_setting_is_refused() -> None:
     model = make_model()
-    with pytest.raises(ValueError, match=r"param_groups\[1\]\['lr'\]: 0.1 differs from param_groups\[0\]\['lr'\] = 0.001"):
-        OptEx([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.1}])
-    with pytest.raises(ValueError, match=r"param_groups\[1\]\['betas'\]"):
-        OptEx([{"params": model[0].parameters()},
-               {"params": model[2].parameters(), "betas": (0.5, 0.9)}])
     with pytest.raises(ValueError, match=r"param_groups\[1\]: lr: must be finite and > 0"):
         OptEx([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": -1.0}])
     opt = OptEx(model[0].parameters(), optimizer="sgd", lr=0.1)
-    with pytest.raises(ValueError, match=r"param_groups\[1\]\['momentum'\]"):
-        opt.add_param_group({"params": model[2].parameters(), "momentum": 0.9})
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: momentum"):
+        opt.add_param_group({"params": model[2].parameters(), "momentum": -0.5})
     assert len(opt.param_groups) == 1  # the refused group was not added
 
 
-def test_add_param_group_works_until_the_first_step() -> None:
+def test_add_param_group_before_the_first_step_is_one_engine() -> None:
     data = make_data()
     model = make_model()
     opt = OptEx(model[0].parameters(), lr=0.02, parallelism=2)
@@ -708,9 +683,6 @@ def test_add_param_group_works_until_the_first_step() -> None:
     engine = manual_run(list(reference.parameters()), lambda: loss_of(reference, data), 1,
                         optex.Adam(lr=0.02), parallelism=2)
     assert bits(flat(model.parameters())) == engine.x.tobytes()
-    with pytest.raises(RuntimeError, match="add_param_group: not supported after the first step"):
-        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
-    assert len(opt.param_groups) == 2
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -726,16 +698,16 @@ def test_state_dict_round_trip_continues_bit_for_bit() -> None:
         opt.step(closure)
     saved = opt.state_dict()
 
-    # torch.optim's shape.
-    assert set(saved) == {"state", "param_groups"}
-    assert list(saved["state"]) == [0]
-    assert isinstance(saved["state"][0]["optex_checkpoint"], bytes)
-    assert saved["state"][0]["iteration"] == 3
+    # torch.optim's shape, with the engine's part under "optex".
+    assert set(saved) == {"state", "param_groups", "optex"}
+    assert list(saved["state"]) == [0, 1, 2, 3]
+    assert all(set(entry) == {"exp_avg", "exp_avg_sq", "step"} for entry in saved["state"].values())
+    assert saved["optex"]["engine"]["iteration"] == 3
     assert len(saved["param_groups"]) == 1
     group = saved["param_groups"][0]
     assert group["params"] == [0, 1, 2, 3]
     assert group["lr"] == 0.02 and group["weight_decay"] == 0.01 and group["betas"] == (0.9, 0.999)
-    assert not opt.state  # the checkpoint lives in the state dict only
+    assert not opt.state  # the state lives in the engine; state_dict() reads it out
 
     # Through torch.save / torch.load(weights_only=True), into a new model and optimizer.
     buffer = io.BytesIO()
@@ -775,7 +747,7 @@ def test_load_state_dict_refuses_foreign_states() -> None:
     donor.step(closure_for(donor, model, data))
     wider = torch.nn.Sequential(torch.nn.Linear(4, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
     other = OptEx(wider.parameters())
-    with pytest.raises(ValueError, match="checkpoint is for 44 parameters, this optimizer has 51"):
+    with pytest.raises(ValueError, match=r"state'\]\[0\]\['exp_avg'\]: must be a float32 tensor of 28 elements"):
         other.load_state_dict(donor.state_dict())
     assert other.engine is None
     with pytest.raises(ValueError, match="param_groups\\[0\\] has no momentum, nesterov"):
@@ -786,8 +758,8 @@ def test_load_state_dict_refuses_foreign_states() -> None:
         adamw.load_state_dict(adamw_state)
     assert adamw.engine is None
     broken = donor.state_dict()
-    broken["state"][0]["optex_checkpoint"] = b"not a checkpoint"
-    with pytest.raises(ValueError, match="cannot be read"):
+    broken["optex"]["engine"]["x"][0] = float("inf")
+    with pytest.raises(ValueError, match="x"):
         OptEx(model.parameters()).load_state_dict(broken)
 
 
@@ -966,8 +938,8 @@ def test_torch_distributed_equals_the_single_process_run(tmp_path: Path, monkeyp
     for r, result in enumerate(ranks):
         assert bits(result["x"]) == bits(single), f"rank {r}"
         assert result["losses"] == losses, f"rank {r}"
-        assert result["state"]["state"][0]["optex_checkpoint"] == \
-            ranks[0]["state"]["state"][0]["optex_checkpoint"]
+        assert bits(result["state"]["optex"]["engine"]["x"]) == bits(ranks[0]["state"]["optex"]["engine"]["x"])
+        assert bits(result["state"]["state"][0]["exp_avg"]) == bits(ranks[0]["state"]["state"][0]["exp_avg"])
         assert "the closure raised on rank 1 at point 2" in result["failure"], result["failure"]
     assert "rank 1 lost its data" in ranks[1]["failure"]
     assert all(points == [0, 1] for points in ranks[0]["evaluated"])

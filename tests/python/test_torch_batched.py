@@ -226,14 +226,6 @@ def test_a_frozen_parameter_gets_a_zero_gradient_as_in_the_sequential_closure() 
     assert torch.equal(models[0][0].bias, mlp()[0].bias)  # Adam without weight decay: a zero gradient stays
 
 
-def test_float64_parameters() -> None:
-    data = row_data(6)
-    x64 = RowData(data.x.double(), data.y)
-    batched = run(mlp().double(), x64, batched=True)
-    sequential = run(mlp().double(), x64, batched=False)
-    assert_same_trajectory(batched, sequential)
-
-
 def test_tied_parameters_are_one_parameter() -> None:
     class Tied(torch.nn.Module):
         def __init__(self) -> None:

@@ -29,17 +29,24 @@ def check_closure(closure: Any) -> None:
 
 
 def evaluate(closure: Closure, layout: FlatLayout, point: torch.Tensor,
-             grad_out: torch.Tensor) -> tuple[Any, float]:
+             grad_out: torch.Tensor) -> tuple[Any, float, list[bool]]:
     """Writes ``point`` (float32, on the parameters' device) into the parameters, calls
     the closure, writes the gradient into ``grad_out``; returns (the closure's value,
-    the loss as a float)."""
+    the loss as a float, per parameter whether it got a gradient). ValueError when
+    no parameter got one: the closure did not call ``backward()`` (a step on zero
+    gradients would move the parameters on momentum alone)."""
     layout.write(point)
     layout.clear_grads()
     with torch.enable_grad():
         result = closure()
     loss = _loss_of(result)
-    layout.read_grads(grad_out)
-    return result, loss
+    had = layout.read_grads(grad_out)
+    if not any(had):
+        raise ValueError(
+            "closure: no trainable parameter received a gradient (every .grad is still None "
+            "after the call); the closure must call loss.backward() before returning the loss"
+        )
+    return result, loss, had
 
 
 def _loss_of(result: Any) -> float:

@@ -76,6 +76,23 @@ class Ranks:
         dist.broadcast(comm, src=first, group=self.group)
         return comm.to(x0.device)
 
+    def broadcast_from_owner(self, tensors: list[torch.Tensor], values: list[torch.Tensor] | None,
+                             row: int, n: int) -> None:
+        """Sets ``tensors`` on every rank to ``values``, which the rank that evaluated
+        ``row`` (of ``n``) holds (None elsewhere)."""
+        owner = next(r for r in range(self.world) if row in self.points(n, r))
+        source = dist.get_global_rank(self.group, owner) if self.group is not None else owner
+        for i, t in enumerate(tensors):
+            comm = (values[i] if values is not None else t).to(self.device, copy=True)
+            dist.broadcast(comm, src=source, group=self.group)
+            t.copy_(comm)
+
+    def any_rank(self, flags: list[bool]) -> list[bool]:
+        """Element-wise: whether any rank's ``flags`` (the same length on every rank) is True."""
+        mine = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=self.device)
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=self.group)
+        return [bool(v) for v in mine.tolist()]
+
     # The losses a rank sends: `width` losses, then a failure flag (0: none,
     # 1 + i: the closure raised at point i), so that one all-gather tells every
     # rank whether to go on before the gradients travel.

@@ -184,37 +184,10 @@ def make_optimizer(kind: str, group: dict[str, Any], where: str) -> EngineOptimi
         raise ValueError(f"{where}{error}") from None
 
 
-def _settings(kind: str, group: dict[str, Any]) -> tuple:
-    """The group's hyperparameters as comparable values."""
-    cls = CLASSES[kind]
-    out = []
-    for key in GROUP_KEYS[kind]:
-        value = group[key]
-        if key == PAIR_KEY and _uses_pair(cls):
-            value = tuple(real(key, v) for v in value)
-        elif not _is_flag(cls, key):
-            value = real(key, value)
-        out.append((key, value))
-    return tuple(out)
-
-
-def shared_optimizer(kind: str, groups: Sequence[dict[str, Any]]) -> EngineOptimizer:
-    """The one engine optimizer of all param groups: the engine runs one base
-    optimizer over the whole vector, so every group must have group 0's
-    hyperparameters (ValueError naming the group and the setting otherwise)."""
-    optimizer = make_optimizer(kind, groups[0], where="param_groups[0]: ")
-    first = dict(_settings(kind, groups[0]))
-    for g, group in enumerate(groups[1:], start=1):
-        make_optimizer(kind, group, where=f"param_groups[{g}]: ")
-        for key, value in _settings(kind, group):
-            if value != first[key]:
-                raise ValueError(
-                    f"param_groups[{g}]['{key}']: {group[key]!r} differs from "
-                    f"param_groups[0]['{key}'] = {groups[0][key]!r}; "
-                    "optex.torch.OptEx runs one base optimizer over all parameters, so "
-                    f"every param group must have the same {', '.join(GROUP_KEYS[kind])}"
-                )
-    return optimizer
+def group_optimizers(kind: str, groups: Sequence[dict[str, Any]]) -> list[EngineOptimizer]:
+    """The engine optimizer of each param group, from its own hyperparameters
+    (ValueError naming the group and the setting)."""
+    return [make_optimizer(kind, group, where=f"param_groups[{g}]: ") for g, group in enumerate(groups)]
 
 
 def kind_of(optimizer: EngineOptimizer) -> str:

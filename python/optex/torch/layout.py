@@ -10,7 +10,7 @@ float32. All parameters are on one device (``optex.torch.OptEx`` checks that).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import torch
@@ -30,19 +30,22 @@ class Segment(NamedTuple):
 class FlatLayout:
     """The parameters of ``param_groups`` (a list of lists of tensors) laid end to end.
 
-    ValueError when they have no elements at all.
+    ValueError when they have no elements at all. ``group_of(j)`` is the index in
+    ``param_groups`` of parameter j.
     """
 
     def __init__(self, param_groups: Sequence[Sequence[torch.Tensor]]) -> None:
         self._params: list[torch.Tensor] = []
         self._segments: list[Segment] = []
         self._groups: list[Segment] = []
+        self._group_of: list[int] = []
         offset = 0
-        for params in param_groups:
+        for g, params in enumerate(param_groups):
             group_start = offset
             for p in params:
                 self._params.append(p)
                 self._segments.append(Segment(offset, p.numel()))
+                self._group_of.append(g)
                 offset += p.numel()
             self._groups.append(Segment(group_start, offset - group_start))
         if offset == 0:
@@ -63,6 +66,10 @@ class FlatLayout:
     def device(self) -> torch.device:
         """The parameters' device."""
         return self._params[0].device
+
+    def group_of(self, j: int) -> int:
+        """The param group of parameter j (an index into the ``param_groups`` given)."""
+        return self._group_of[j]
 
     def segments(self) -> list[Segment]:
         """Where each parameter lies, in the order of :attr:`params`."""
@@ -96,24 +103,30 @@ class FlatLayout:
             p.grad = None
 
     @torch.no_grad()
-    def read_grads(self, out: torch.Tensor) -> None:
+    def read_grads(self, out: torch.Tensor) -> list[bool]:
         """Copies the parameters' gradients into ``out`` (dimension d, float32); a
-        parameter whose ``.grad`` is None contributes zeros. ValueError for a sparse
-        gradient."""
+        parameter whose ``.grad`` is None contributes zeros. Returns, per parameter,
+        whether it had a gradient. ValueError for a sparse gradient."""
+        had = []
         for p, (offset, n) in self._pairs():
             g = p.grad
+            had.append(g is not None)
             if g is None:
                 out[offset:offset + n].zero_()
             elif g.is_sparse:
                 raise ValueError("closure: produced a sparse gradient; optex.torch.OptEx needs dense gradients")
             else:
                 out[offset:offset + n].copy_(g.reshape(-1))
+        return had
 
     @torch.no_grad()
-    def check_holds(self, flat: torch.Tensor) -> None:
-        """RuntimeError unless the parameters hold ``flat``, the iterate the engine
-        committed (the engine cannot adopt values changed behind its back)."""
+    def check_holds(self, flat: torch.Tensor, skip: Callable[[torch.Tensor], bool] | None = None) -> None:
+        """RuntimeError unless the parameters (but those ``skip`` names) hold ``flat``,
+        the iterate the engine committed (the engine cannot adopt values changed
+        behind its back)."""
         for j, (p, (offset, n)) in enumerate(self._pairs()):
+            if skip is not None and skip(p):
+                continue
             expected = flat[offset:offset + n].view(p.shape).to(p.dtype)
             if not torch.equal(p, expected):
                 raise RuntimeError(

@@ -9,6 +9,7 @@ a point), exchange.py (torch.distributed).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import tempfile
@@ -20,15 +21,37 @@ import torch
 
 from .._optex import IterationInfo, Options, built_with_cuda
 from .._optex import OptEx as _Engine
+from . import checkpoint as _checkpoint
 from . import hyperparameters as _hyper
 from .batched import BatchedClosure
 from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
+from .committed_buffers import CommittedBuffers, buffers_of
 from .exchange import Ranks, distributed_available, distributed_enabled
 from .layout import FlatLayout
+from .trainable import (Shelf, StepOffsets, engine_optimizer, engine_ranges, merged_segments,
+                        range_entries, rebuild_state, same_parameters, trainable_groups)
 
 ParamsT = Union[Iterable[torch.Tensor], Iterable[dict[str, Any]]]
 # The key of the engine checkpoint in state_dict()["state"][0].
 _CHECKPOINT_KEY = "optex_checkpoint"
+
+
+def _check_parameter(p: Any, where: str) -> None:
+    """ValueError unless ``p`` is a dense floating-point tensor the engine can hold:
+    float32, or float16/bfloat16 (which hold the engine's float32 values rounded).
+    float64 is refused rather than silently computed in float32."""
+    if not isinstance(p, torch.Tensor):
+        raise ValueError(f"{where}: must be a tensor, got {type(p).__name__}")
+    if not p.is_floating_point():
+        raise ValueError(f"{where}: must be a floating-point tensor, got dtype {p.dtype}")
+    if p.dtype == torch.float64:
+        raise ValueError(
+            f"{where}: float64 parameters are not supported: the OptEx engine computes in "
+            "float32 and would round them silently; convert the model with .float() (or "
+            "keep torch.optim for float64 training)"
+        )
+    if p.is_sparse:
+        raise ValueError(f"{where}: sparse tensors are not supported")
 
 
 class OptEx(torch.optim.Optimizer):
@@ -95,63 +118,91 @@ class OptEx(torch.optim.Optimizer):
     closure zeroes the gradients, computes the loss, calls ``backward()`` and
     returns the loss. A step is one OptEx round: the engine's ``ask()`` gives N
     points; for each, ``step`` writes the point into the parameters, sets their
-    ``.grad`` to None, calls the closure and reads the gradients (a parameter
-    whose ``.grad`` is still None contributes a zero gradient; unlike
-    torch.optim, which skips such a parameter, the engine then still applies
-    weight decay to it). Then it restores the parameters, ``tell()``s the
-    engine the N gradients and losses, and writes the committed iterate into
-    the parameters. It returns the closure's loss at the committed point (the
-    last point of the round unless points were dropped or ``continue_from`` is
-    "best_loss"); for a point evaluated several times, the mean of its losses
-    (``last_info.loss``) as a 0-dim tensor. While the closure runs,
-    :attr:`current_point` and :attr:`current_seed` say which of the N
-    evaluations (batch rows) it is computing and that evaluation's own
-    reproducible seed (for its minibatch). A closure that takes its batch
-    from a loop outside ``step`` gives all N evaluations the same batch;
-    ``optex.torch.PointBatches`` gives each its own.
-    Without torch.distributed, the N evaluations run one after the other in
-    this process: the trajectory is OptEx's (fewer rounds), the wall-clock
-    speedup needs N workers (see below). After ``step``, ``.grad`` holds the
-    gradient of the last point this process evaluated.
+    ``.grad`` to None, calls the closure and reads the gradients. Then it
+    restores the parameters, ``tell()``s the engine the N gradients and
+    losses, and writes the committed iterate into the parameters. It returns
+    the closure's loss at the committed point (the last point of the round
+    unless points were dropped or ``continue_from`` is "best_loss"); for a
+    point evaluated several times, the mean of its losses (``last_info.loss``)
+    as a 0-dim tensor. While the closure runs, :attr:`current_point` and
+    :attr:`current_seed` say which of the N evaluations (batch rows) it is
+    computing and that evaluation's own reproducible seed (for its
+    minibatch). A closure that takes its batch from a loop outside ``step``
+    gives all N evaluations the same batch; ``optex.torch.PointBatches`` gives
+    each its own. A closure call that leaves every trainable parameter without
+    a gradient (no ``backward()``) raises ValueError. Without
+    torch.distributed, the N evaluations run one after the other in this
+    process: the trajectory is OptEx's (fewer rounds), the wall-clock speedup
+    needs N workers (see below). After ``step``, ``.grad`` holds the gradient
+    of the last point this process evaluated.
 
-    **Parameter layout.** All parameters of all param groups form one float32
-    vector for one engine, in the order param groups, then the parameters of
-    each group, each flattened in row-major order. The engine works in
-    float32: parameters of another floating dtype hold the engine's float32
-    values cast to their dtype, and their gradients are rounded to float32.
-    All parameters must be on one device.
+    **Parameters the engine optimizes.** The parameters with
+    ``requires_grad`` form one float32 vector for one engine, in the order
+    param groups, then the parameters of each group, each flattened in
+    row-major order. float16 and bfloat16 parameters hold the engine's
+    float32 values rounded to their dtype (the engine keeps the float32
+    master copy); float64 parameters are refused (ValueError: the engine
+    computes in float32; use ``model.float()``). All parameters must be on one
+    device. As in torch.optim, a parameter is stepped only when it has a
+    gradient:
 
-    **Param groups.** The engine runs ONE base optimizer over the whole
-    vector, so every param group must have the same hyperparameters (``lr``
-    and the others of the chosen optimizer); a group that differs raises
-    ValueError naming the group and the setting (per-group values, such as
-    no weight decay on biases, are not supported). Groups still work for
-    organising parameters. ``add_param_group`` works until the first
-    ``step``; afterwards the engine's dimension is fixed and it raises
-    RuntimeError.
+    - a parameter with ``requires_grad=False`` is not in the engine: its value
+      and optimizer state do not change (weight decay included);
+    - a trainable parameter whose ``.grad`` stays None in every closure call
+      of a round (unused by the forward pass) keeps its value and state
+      through that round, and the round does not count among its steps;
+    - every parameter counts its own steps (``state_dict()["state"][i]["step"]``),
+      so a parameter that joins late starts Adam's bias correction afresh.
+
+    When the set of trainable parameters changes (``requires_grad`` switched,
+    ``add_param_group`` after the first step), the next ``step`` rebuilds the
+    engine over the new set: the parameters that stay keep their values and
+    state, a parameter that leaves keeps its state aside (and takes it back
+    when it returns), a new one starts from a zero state; the round count
+    goes on, and the GP history starts again (its points and gradients live
+    in the old vector's space), so the next rounds are warm-up rounds.
+
+    **Param groups.** Each param group has its own hyperparameters (``lr``
+    and the others of the chosen optimizer): no weight decay on biases and
+    norms, per-layer learning rates. The engine applies them per range of the
+    vector (``optex.OptEx`` with a list of (size, optimizer) ranges); every
+    group uses the same base optimizer. ``add_param_group`` works at any time
+    (see above).
 
     **LR schedulers.** Hyperparameters changed between steps (by a
-    ``torch.optim.lr_scheduler``, or by hand in every group alike) take
-    effect at the next ``step``, and the engine keeps its state (moments,
-    step count, history), as ``optex.OptEx.set_optimizer``. A change the
-    engine's state cannot follow raises ValueError: momentum switching
-    between zero and non-zero (SGD, RMSprop), RMSprop's ``centered``.
+    ``torch.optim.lr_scheduler``, per group, or by hand) take effect at the
+    next ``step``, and the engine keeps its state (moments, step counts,
+    history), as ``optex.OptEx.set_optimizer``. A change the engine's state
+    cannot follow raises ValueError: momentum switching between zero and
+    non-zero (SGD, RMSprop), RMSprop's ``centered``.
+
+    **Buffers.** By default buffers are the model's business: a module that
+    updates a buffer in its forward pass (BatchNorm's running statistics in
+    training mode) updates it at each of the N closure calls of a round, the
+    last call's update last. ``buffers=model`` (a module, or an iterable of
+    tensors) instead evaluates every point from the buffers as they were at
+    the start of the round and keeps those that the evaluation at the
+    committed point left (its first row's, for a point evaluated several
+    times): one update per round, from the point the run continues from. A
+    round that fails restores them.
 
     **The iterate belongs to the engine.** The engine is created at the first
     ``step`` from the parameters' values then (so weights loaded after the
     optimizer was constructed are used). Afterwards ``step`` checks that the
-    parameters still hold the committed iterate and raises RuntimeError if
-    they were changed outside ``step`` (the engine cannot adopt a new
-    iterate without losing its history).
+    trainable parameters still hold the committed iterate and raises
+    RuntimeError if they were changed outside ``step`` (the engine cannot
+    adopt a new iterate without losing its history).
 
-    **Checkpoints.** ``state_dict()`` has torch.optim's shape: ``{"state":
-    {0: {"optex_checkpoint": bytes, "iteration": int}}, "param_groups":
-    [...]}``, the bytes being the engine's checkpoint (``optex.OptEx.save``:
-    iterate, optimizer state, history, random state, options). The state is
-    empty before the first step. ``load_state_dict`` restores it, and the run
-    continues bit for bit. ``state_dict()`` raises RuntimeError after a step
-    that failed mid-round (the round is still pending; call ``step`` again to
-    finish it first).
+    **Checkpoints.** ``state_dict()`` has torch.optim's shape, made of tensors
+    and plain values (``torch.load(weights_only=True)`` reads it):
+    ``state[i]`` is parameter i's state under torch.optim's names (Adam:
+    ``exp_avg``, ``exp_avg_sq``, ``step``), and an ``"optex"`` entry holds the
+    engine's iterate, counters, random state, options and GP history.
+    ``load_state_dict`` restores it and the run continues bit for bit;
+    ``state_dict(history=False)`` leaves the history out (smaller; the resumed
+    run warms up again). ``pickle``, ``copy.deepcopy`` and ``torch.save(opt)``
+    copy the optimizer with its parameters and continue bit for bit; they
+    raise TypeError while a round is pending or under torch.distributed.
 
     **torch.distributed.** When ``torch.distributed`` is initialised (or
     ``distributed=True``), the ranks of ``process_group`` (default: the world)
@@ -165,7 +216,9 @@ class OptEx(torch.optim.Optimizer):
     values as the start. With the "nccl" backend the exchange uses tensors on
     the parameters' GPU, otherwise CPU tensors. A closure that raises on one
     rank makes every rank raise RuntimeError (naming the rank) instead of
-    hanging. Pass ``distributed=False`` to let every rank evaluate all N
+    hanging. A parameter is unused in a round only if it had no gradient on
+    any rank; with ``buffers=``, the rank that evaluated the committed point
+    broadcasts its buffers. Pass ``distributed=False`` to let every rank evaluate all N
     points itself (e.g. when the closure's backward already all-reduces, as
     under DistributedDataParallel).
 
@@ -216,6 +269,7 @@ class OptEx(torch.optim.Optimizer):
         device: str | torch.device | None = None,
         history_precision: str | None = None,
         drop_nonfinite: bool = False,
+        buffers: Any = None,
         distributed: bool | None = None,
         process_group: Any = None,
         **hyperparameters: Any,
@@ -257,6 +311,7 @@ class OptEx(torch.optim.Optimizer):
         if not isinstance(drop_nonfinite, bool):
             raise ValueError(f"drop_nonfinite: must be a bool, got {drop_nonfinite!r}")
         self._drop_nonfinite = drop_nonfinite
+        self._buffer_tensors = buffers_of(buffers)
         if distributed is not None and not isinstance(distributed, bool):
             raise ValueError(f"distributed: must be a bool or None, got {distributed!r}")
         if distributed and not distributed_available():
@@ -269,8 +324,11 @@ class OptEx(torch.optim.Optimizer):
 
         self._engine: _Engine | None = None
         self._iterate: torch.Tensor | None = None  # the committed iterate, float32, on the params' device
-        self._layout: FlatLayout | None = None  # fixed with the engine
-        self._buffers: dict[str, torch.Tensor] = {}
+        self._layout: FlatLayout | None = None  # the engine's parameters
+        self._ranges: list[tuple[int, Any, int]] = []  # the engine's hyperparameters
+        self._offsets = StepOffsets()
+        self._shelf = Shelf()
+        self._scratch: dict[str, torch.Tensor] = {}
         self._last_info: IterationInfo | None = None
         self._current_point: int | None = None
         self._current_seed: int | None = None
@@ -358,16 +416,18 @@ class OptEx(torch.optim.Optimizer):
     # ------------------------------------------------------------------ param groups
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Adds a param group (torch.optim's contract). Its hyperparameters must equal
-        the other groups' (ValueError naming the group and the setting otherwise).
-        Works until the first ``step``; afterwards the engine's dimension is fixed and
-        this raises RuntimeError."""
-        if self._constructed and self._engine is not None:
-            raise RuntimeError(
-                "add_param_group: not supported after the first step (or load_state_dict): "
-                "the OptEx engine's dimension is fixed; construct a new optimizer with all "
-                "parameters instead"
-            )
+        """Adds a param group (torch.optim's contract), with its own hyperparameters
+        (the ones it does not set come from the constructor's defaults), at any time.
+
+        Before the first step the group simply joins. After it, the next ``step``
+        rebuilds the engine over the larger set of parameters: the parameters
+        already there keep their values and optimizer state (moments, step counts),
+        the new ones start from their current values with a zero state and their own
+        step count from 0 (so Adam's bias correction starts afresh for them, as
+        torch.optim's per-parameter state), and the GP history starts again (the
+        next rounds are warm-up rounds). ValueError (and no change) for a bad
+        hyperparameter, a non-floating, float64 or sparse parameter, a parameter on
+        another device, or the same parameter twice."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         g = len(self.param_groups) - 1
@@ -376,14 +436,9 @@ class OptEx(torch.optim.Optimizer):
             if len(params) != len({id(p) for p in params}):
                 raise ValueError(f"param_groups[{g}]: contains the same parameter twice")
             for j, p in enumerate(params):
-                if not p.is_floating_point():
-                    raise ValueError(
-                        f"param_groups[{g}]['params'][{j}]: must be a floating-point tensor, "
-                        f"got dtype {p.dtype}"
-                    )
-                if p.is_sparse:
-                    raise ValueError(f"param_groups[{g}]['params'][{j}]: sparse tensors are not supported")
-            first = self._params()[0] if self._params() else None
+                _check_parameter(p, f"param_groups[{g}]['params'][{j}]")
+            others = [p for group in self.param_groups[:-1] for p in group["params"]]
+            first = others[0] if others else (params[0] if params else None)
             for j, p in enumerate(params):
                 if first is not None and p.device != first.device:
                     raise ValueError(
@@ -391,7 +446,7 @@ class OptEx(torch.optim.Optimizer):
                         f"parameter is on {first.device}; all parameters of an "
                         "optex.torch.OptEx must be on one device"
                     )
-            _hyper.shared_optimizer(self._kind, self.param_groups)
+            _hyper.make_optimizer(self._kind, group, where=f"param_groups[{g}]: ")
         except ValueError:
             self.param_groups.pop()
             raise
@@ -402,9 +457,6 @@ class OptEx(torch.optim.Optimizer):
     def _param_device(self) -> torch.device:
         return self._params()[0].device
 
-    def _make_layout(self) -> FlatLayout:
-        return FlatLayout([group["params"] for group in self.param_groups])
-
     def _engine_device(self) -> str:
         """The engine's device: the one asked for, else the parameters'."""
         if self._device is not None:
@@ -414,13 +466,14 @@ class OptEx(torch.optim.Optimizer):
             return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}"
         return "cpu"
 
-    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _scratch_tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+                        device: torch.device) -> torch.Tensor:
         """A cached scratch tensor (pinned host memory when the parameters are on a GPU)."""
-        buf = self._buffers.get(name)
+        buf = self._scratch.get(name)
         if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
             pin = device.type == "cpu" and self._param_device().type == "cuda"
             buf = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-            self._buffers[name] = buf
+            self._scratch[name] = buf
         return buf
 
     # ------------------------------------------------------------------ the engine
@@ -431,14 +484,24 @@ class OptEx(torch.optim.Optimizer):
             return None
         return Ranks(self._group, self._param_device())
 
-    def _agree(self, ranks: Ranks, optimizer: _hyper.EngineOptimizer,
+    def _agree(self, ranks: Ranks, ranges: list[tuple[int, Any, int]],
                options: Options, dim: int) -> None:
-        ranks.agree(f"{optimizer!r}|{_hyper.options_key(options)}|{dim}")
+        ranks.agree(f"{ranges!r}|{_hyper.options_key(options)}|{dim}")
 
-    def _create_engine(self, optimizer: _hyper.EngineOptimizer) -> None:
-        """The engine, from the parameters' values now (rank 0's when distributed)."""
-        layout = self._make_layout()
+    def _trainable_layout(self, groups: list[list[torch.Tensor]]) -> FlatLayout:
+        if not any(p.numel() for params in groups for p in params):
+            raise ValueError(
+                "step: no parameter requires grad (every parameter of every param group has "
+                "requires_grad=False or no elements); there is nothing to optimize"
+            )
+        return FlatLayout(groups)
+
+    def _create_engine(self, groups: list[list[torch.Tensor]], optimizers: list[Any]) -> None:
+        """The engine over the trainable parameters, from their values now (rank 0's
+        when distributed)."""
+        layout = self._trainable_layout(groups)
         options = _hyper.options_on(self._options, self._engine_device())
+        ranges = engine_ranges(layout, optimizers, self._offsets)
         x0 = layout.flatten()
         ranks = self._ranks()
         if ranks is not None:
@@ -446,28 +509,74 @@ class OptEx(torch.optim.Optimizer):
                 # Each rank drew its own seed; the run takes rank 0's, as it takes its start.
                 seed = torch.tensor([options.seed], dtype=torch.int64)
                 options.seed = int(ranks.broadcast_start(seed)[0])
-            self._agree(ranks, optimizer, options, layout.dim)
+            self._agree(ranks, ranges, options, layout.dim)
             x0 = ranks.broadcast_start(x0)
             layout.write(x0)
-        self._layout = layout
-        self._engine = _Engine(x0.cpu().numpy(), optimizer, options)
+        self._engine = _Engine(x0.cpu().numpy(), engine_optimizer(ranges), options)
         self._options.seed = options.seed
-        self._iterate = x0
+        self._layout, self._ranges, self._iterate = layout, ranges, x0
 
-    def _follow_schedule(self, optimizer: _hyper.EngineOptimizer) -> None:
-        """The groups' hyperparameters changed since the last step (an LR scheduler):
-        the engine takes them and keeps its state."""
+    def _rebuild_engine(self, groups: list[list[torch.Tensor]], optimizers: list[Any]) -> None:
+        """The set of trainable parameters changed (add_param_group, requires_grad):
+        a new engine over the new set (trainable.rebuild_state)."""
+        assert self._engine is not None and self._layout is not None
+        new = self._trainable_layout(groups)
+        ranks = self._ranks()
+        if ranks is not None:  # the parameters that join take rank 0's values
+            new.write(ranks.broadcast_start(new.flatten()))
+        state = rebuild_state(self._engine.state_arrays(history=False), self._layout, new,
+                              self._offsets, self._shelf)
+        ranges = engine_ranges(new, optimizers, self._offsets)
+        if ranks is not None:
+            self._agree(ranks, ranges, self._engine.options, new.dim)
+        state["optimizer"] = range_entries(ranges)
+        self._engine = _Engine.from_state_arrays(state, device=self._engine_device())
+        self._layout, self._ranges = new, ranges
+        self._iterate = torch.from_numpy(state["x"]).to(new.device)
+
+    def _follow_schedule(self, ranges: list[tuple[int, Any, int]]) -> None:
+        """The groups' hyperparameters (an LR scheduler) or the step offsets changed
+        since the last step: the engine takes them and keeps its state."""
         assert self._engine is not None
         ranks = self._ranks()
         if ranks is not None:
-            self._agree(ranks, optimizer, self._engine.options, self._engine.dim)
+            self._agree(ranks, ranges, self._engine.options, self._engine.dim)
+        if [r[0] for r in ranges] != [r[0] for r in self._ranges]:
+            # Ranges split or merged (a parameter's step offset moved away from its
+            # neighbours'): set_optimizer keeps the ranges' sizes, so the engine is
+            # rebuilt from its whole state, history included, with the new ranges.
+            state = self._engine.state_arrays()
+            state["optimizer"] = range_entries(ranges)
+            self._engine = _Engine.from_state_arrays(state, device=self._engine_device())
+            self._ranges = ranges
+            return
         try:
-            self._engine.set_optimizer(optimizer)
+            self._engine.set_optimizer(engine_optimizer(ranges))
         except ValueError as error:
             raise ValueError(
-                f"step: the hyperparameters changed to {optimizer!r}, which the running engine "
+                f"step: the hyperparameters changed to {ranges!r}, which the running engine "
                 f"({self._engine.optimizer!r}) cannot take: {error}"
             ) from None
+        self._ranges = ranges
+
+    def _prepare_engine(self) -> None:
+        """Before a round: the engine exists, optimizes the trainable parameters, and
+        has the groups' current hyperparameters."""
+        optimizers = _hyper.group_optimizers(self._kind, self.param_groups)
+        groups = trainable_groups(self.param_groups)
+        if self._engine is None:
+            self._create_engine(groups, optimizers)
+            return
+        assert self._layout is not None and self._iterate is not None
+        # A parameter leaving the engine (frozen now) may have been changed meanwhile.
+        trainable = {id(p) for params in groups for p in params}
+        self._layout.check_holds(self._iterate, skip=lambda p: id(p) not in trainable)
+        if not same_parameters(self._layout, groups):
+            self._rebuild_engine(groups, optimizers)
+        assert self._layout is not None
+        ranges = engine_ranges(self._layout, optimizers, self._offsets)
+        if ranges != self._ranges:
+            self._follow_schedule(ranges)
 
     def _oracle(self, closure: Closure, seed: int, row: int, x: np.ndarray) -> tuple[float, np.ndarray]:
         """The true gradient for proxy='target', called by the engine inside ask()
@@ -477,7 +586,7 @@ class OptEx(torch.optim.Optimizer):
         grad = torch.empty_like(point)
         self._current_point, self._current_seed, self._current_oracle_row = None, seed, row
         try:
-            _, loss = evaluate(closure, self._layout, point, grad)
+            _, loss, _ = evaluate(closure, self._layout, point, grad)
         finally:
             self._current_point = self._current_seed = self._current_oracle_row = None
         return loss, grad.cpu().numpy()
@@ -498,22 +607,17 @@ class OptEx(torch.optim.Optimizer):
         ``optex.torch.BatchedClosure`` (with ``vectorize=True``) is instead evaluated at
         all of these points in one vectorized call.
 
-        Raises ValueError without a closure or when the closure returns no scalar
-        loss; RuntimeError when the parameters or hyperparameters were changed
-        since the last step. If the closure raises, the parameters are restored
-        and the round stays pending: the next ``step`` evaluates the same points.
+        Raises ValueError without a closure, when the closure returns no scalar
+        loss, or when a closure call leaves every trainable parameter without a
+        gradient (it did not call ``backward()``); RuntimeError when the
+        parameters were changed since the last step. If the closure raises, the
+        parameters (and the ``buffers=``) are restored and the round stays
+        pending: the next ``step`` evaluates the same points.
         """
         check_closure(closure)
         if isinstance(closure, BatchedClosure):
             closure._bind_to(self)  # its sequential form evaluates this optimizer's current_point
-        optimizer = _hyper.shared_optimizer(self._kind, self.param_groups)
-        if self._engine is None:
-            self._create_engine(optimizer)
-        else:
-            assert self._layout is not None and self._iterate is not None
-            self._layout.check_holds(self._iterate)
-            if optimizer != self._engine.optimizer:
-                self._follow_schedule(optimizer)
+        self._prepare_engine()
         engine, layout = self._engine, self._layout
         assert engine is not None and layout is not None and self._iterate is not None
         n, d = engine.parallelism, engine.dim
@@ -544,18 +648,27 @@ class OptEx(torch.optim.Optimizer):
             losses_local = torch.zeros(n, dtype=torch.float64)
         else:
             mine, width = ranks.points(n), ranks.width(n)
-            grads_local = self._buffer("grads_local", (width, d), torch.float32, ranks.device)
+            grads_local = self._scratch_tensor("grads_local", (width, d), torch.float32, ranks.device)
             losses_local = ranks.losses_buffer(width)
         # The closure needs its point, and gives its gradient, on the parameters' device.
-        scratch_point = self._buffer("point", (d,), torch.float32, dev) if points.device != dev else None
-        scratch_grad = (self._buffer("grad", (d,), torch.float32, dev)
+        scratch_point = (self._scratch_tensor("point", (d,), torch.float32, dev)
+                         if points.device != dev else None)
+        scratch_grad = (self._scratch_tensor("grad", (d,), torch.float32, dev)
                         if grads_local.device != dev else None)
+        batched = isinstance(closure, BatchedClosure) and closure.vectorize
+        # Under vmap no evaluation can update a buffer in place (BatchedClosure refuses
+        # such models), so there is nothing to keep.
+        buffers = (CommittedBuffers(self._buffer_tensors)
+                   if self._buffer_tensors is not None and not batched else None)
 
         results: dict[int, Any] = {}
+        got_gradient = [False] * len(layout.params)
         failure: BaseException | None = None
         try:
-            if isinstance(closure, BatchedClosure) and closure.vectorize:
-                # batched.py: all of this process's rows in one vectorized call, not one by one.
+            if batched:
+                # batched.py: all of this process's rows in one vectorized call, not one
+                # by one; every trainable parameter gets a gradient (zeros where unused).
+                got_gradient = [True] * len(layout.params)
                 try:
                     results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
                 except Exception as error:
@@ -563,88 +676,151 @@ class OptEx(torch.optim.Optimizer):
                         raise
                     failure = error
                     ranks.flag_failure(losses_local, mine.start)
-            else:
-                for k, i in enumerate(mine):
-                    if scratch_point is not None:
-                        scratch_point.copy_(points[i])
-                        point = scratch_point
-                    else:
-                        point = points[i]
-                    out = grads_local[k] if scratch_grad is None else scratch_grad
-                    self._current_point, self._current_seed = i, int(seeds[i])
-                    try:
-                        results[i], losses_local[k] = evaluate(closure, layout, point, out)
-                    except Exception as error:
-                        if ranks is None:
-                            raise
-                        # The other ranks must learn of it in the gather, not hang in it.
-                        failure = error
-                        ranks.flag_failure(losses_local, i)
-                        break
-                    if scratch_grad is not None:
-                        grads_local[k].copy_(scratch_grad)
+            for k, i in enumerate([] if batched else mine):
+                if scratch_point is not None:
+                    scratch_point.copy_(points[i])
+                    point = scratch_point
+                else:
+                    point = points[i]
+                out = grads_local[k] if scratch_grad is None else scratch_grad
+                self._current_point, self._current_seed = i, int(seeds[i])
+                if buffers is not None:
+                    buffers.before_evaluation()
+                try:
+                    results[i], losses_local[k], had = evaluate(closure, layout, point, out)
+                except Exception as error:
+                    if ranks is None:
+                        raise
+                    # The other ranks must learn of it in the gather, not hang in it.
+                    failure = error
+                    ranks.flag_failure(losses_local, i)
+                    break
+                got_gradient = [a or b for a, b in zip(got_gradient, had)]
+                if buffers is not None:
+                    buffers.after_evaluation(i)
+                if scratch_grad is not None:
+                    grads_local[k].copy_(scratch_grad)
+        except BaseException:
+            if buffers is not None:
+                buffers.restore_start()
+            raise
         finally:
             self._current_point = self._current_seed = None
             layout.write(self._iterate)
 
-        if ranks is None:
-            losses = losses_local
-        else:
-            losses = ranks.gather(grads_local, losses_local, rows, failure)
+        try:
+            if ranks is None:
+                losses = losses_local
+            else:
+                losses = ranks.gather(grads_local, losses_local, rows, failure)
+                got_gradient = ranks.any_rank(got_gradient)
+        except BaseException:
+            if buffers is not None:
+                buffers.restore_start()
+            raise
         if rows.device.type == "cuda":
             torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
-        info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite)
+        # torch.optim skips a parameter without a gradient: the commit leaves its
+        # value and state alone, and the round does not count among its steps.
+        unused = [p for p, got in zip(layout.params, got_gradient) if not got]
+        steps_before = engine.optimizer_step
+        try:
+            info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite,
+                                      unchanged=merged_segments(layout, [not got for got in got_gradient]))
+        except BaseException:
+            if buffers is not None:
+                buffers.restore_start()
+            raise
+        self._offsets.skip(unused, engine.optimizer_step - steps_before)
         self._last_info = info
         self._iteration = int(engine.iteration)
 
         # A copy: the engine rewrites its iterate in place at the next commit.
         self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
         layout.write(self._iterate)
-        rows = committed_rows(info.committed_point, info.point_evaluations)
-        return loss_at(rows, info.loss, results, losses)
+        committed = committed_rows(info.committed_point, info.point_evaluations)
+        if buffers is not None:
+            buffers.keep(committed.start, n, ranks)
+        return loss_at(committed, info.loss, results, losses)
+
+    # ------------------------------------------------------------------ pickle, deepcopy, torch.save
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        """pickle, ``copy.deepcopy`` and ``torch.save(opt)``: the copy is this
+        optimizer rebuilt from its constructor settings, its param groups (the
+        parameter tensors as pickle copies them: shared with a model copied in the
+        same call, as torch.optim) and ``state_dict()``, so it continues bit for bit.
+        TypeError, naming ``state_dict()``, where that cannot hold: a pending round,
+        or an optimizer sharing its rounds over torch.distributed (its process
+        group does not travel)."""
+        if distributed_enabled(self._distributed_flag) or self._group is not None:
+            raise TypeError(
+                "optex.torch.OptEx: an optimizer that shares its rounds over torch.distributed "
+                "cannot be pickled or deep-copied (its process group does not travel); save "
+                "opt.state_dict() and load it into an optimizer built on the other side"
+            )
+        if self._engine is not None and self._engine.pending:
+            raise TypeError(
+                "optex.torch.OptEx: cannot be pickled or deep-copied while a round is pending "
+                "(the last step failed mid-round); call step(closure) to finish it, or save "
+                "opt.state_dict() afterwards"
+            )
+        settings = {
+            "optimizer": self._kind,
+            "defaults": dict(self.defaults),
+            "options": {name: getattr(self._options, name) for name in _hyper.OPTION_FIELDS},
+            "device": self._device,
+            "drop_nonfinite": self._drop_nonfinite,
+            "buffers": self._buffer_tensors,
+            "distributed": self._distributed_flag,
+        }
+        return (_restore, (self.param_groups, settings, self.state_dict()))
 
     # ------------------------------------------------------------------ checkpoints
 
-    def state_dict(self) -> dict[str, Any]:
-        """torch.optim's ``{"state": ..., "param_groups": ...}``; the state is
-        ``{0: {"optex_checkpoint": bytes, "iteration": int}}`` (the engine's
-        checkpoint, ``optex.OptEx.save``'s format) after the first step, ``{}``
-        before. RuntimeError while a round is pending (a step failed mid-round)."""
+    def state_dict(self, *, history: bool = True) -> dict[str, Any]:
+        """torch.optim's ``{"state": ..., "param_groups": ...}`` plus an ``"optex"``
+        entry, all tensors and plain values (``torch.load(weights_only=True)``
+        reads it; layout in optex/torch/checkpoint.py). ``state[i]`` is parameter
+        i's optimizer state under torch.optim's names (Adam: ``exp_avg``,
+        ``exp_avg_sq``, ``step``), for every parameter that has one; ``"optex"``
+        holds the engine's iterate, counters, random state, options and GP
+        history. Empty state before the first step.
+
+        ``history=False`` leaves the GP history out: the file shrinks by
+        2 x history x d floats, and a run resumed from it keeps the iterate,
+        the optimizer state, the counters and the random state but starts its
+        history afresh (warm-up rounds again), so it is not the same run as
+        the uninterrupted one. The default resumes bit for bit.
+        RuntimeError while a round is pending (a step failed mid-round)."""
+        if not isinstance(history, bool):
+            raise ValueError(f"history: must be a bool, got {history!r}")
+        result = super().state_dict()
         if self._engine is None:
-            return super().state_dict()
+            return result
         if self._engine.pending:
             raise RuntimeError(
                 "state_dict: the last step failed mid-round and its round is still pending; "
                 "call step(closure) again to finish it before saving"
             )
-        first = self._params()[0]
-        self.state[first] = {_CHECKPOINT_KEY: _engine_bytes(self._engine),
-                             "iteration": int(self._engine.iteration)}
-        try:
-            return super().state_dict()
-        finally:
-            self.state.pop(first, None)
+        assert self._layout is not None
+        state, optex_part = _checkpoint.save(self._engine, self._kind, self._layout, self._params(),
+                                             self._offsets, self._shelf, history)
+        result["state"] = state
+        result[_checkpoint.KEY] = optex_part
+        return result
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores a ``state_dict()`` (torch.optim's contract: the param groups
-        must match in number and sizes). The engine resumes from the checkpoint on
-        this optimizer's device and the run continues bit for bit. The parameters
-        are not changed: they must hold the checkpoint's iterate at the next step
-        (load the model's matching state_dict). ValueError for a state that is not
-        an optex.torch.OptEx state or whose dimension differs."""
+        """Restores a ``state_dict()`` (torch.optim's contract: the param groups must
+        match in number and sizes). The engine resumes on this optimizer's device
+        and the run continues bit for bit (without the history if it was left
+        out). The parameters are not changed: they must hold the checkpoint's
+        iterate at the next step (load the model's matching state_dict).
+        ValueError, and nothing changed, for a state that is not an
+        optex.torch.OptEx state of this optimizer kind and these parameters, or
+        whose values are malformed (wrong shapes or dtypes, non-finite values...)."""
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
             raise ValueError("state_dict: expected a dict with 'state' and 'param_groups'")
-        state = state_dict["state"]
-        blob = None
-        if state:
-            entry = state.get(0) if isinstance(state, dict) else None
-            if (len(state) != 1 or not isinstance(entry, dict)
-                    or not isinstance(entry.get(_CHECKPOINT_KEY), (bytes, bytearray))):
-                raise ValueError(
-                    "state_dict: not an optex.torch.OptEx state (expected 'state' to be empty "
-                    f"or {{0: {{'{_CHECKPOINT_KEY}': bytes, ...}}}}, got keys {list(state)})"
-                )
-            blob = bytes(entry[_CHECKPOINT_KEY])
         groups = state_dict["param_groups"]
         for g, group in enumerate(groups if isinstance(groups, list) else []):
             missing = [k for k in _hyper.GROUP_KEYS[self._kind] if not (isinstance(group, dict) and k in group)]
@@ -653,30 +829,90 @@ class OptEx(torch.optim.Optimizer):
                     f"state_dict: param_groups[{g}] has no {', '.join(missing)}: not a state of an "
                     f"optex.torch.OptEx with optimizer={self._kind!r}"
                 )
-        engine = layout = None
-        if blob is not None:
-            engine = _engine_from_bytes(blob, self._engine_device())
-            kind = _hyper.kind_of(engine.optimizer)
-            if kind != self._kind:
-                raise ValueError(
-                    f"state_dict: saved with optimizer={kind!r}, this optimizer has "
-                    f"optimizer={self._kind!r}"
-                )
-            layout = self._make_layout()
-            if engine.dim != layout.dim:
-                raise ValueError(
-                    f"state_dict: the checkpoint is for {engine.dim} parameters, this optimizer "
-                    f"has {layout.dim}"
-                )
-        super().load_state_dict(state_dict)
+        state = state_dict["state"]
+        if state and _CHECKPOINT_KEY in (state.get(0) or {} if isinstance(state, dict) else {}):
+            self._load_engine_blob(state_dict)
+            return
+        if state and not _checkpoint.is_optex_state(state_dict):
+            raise ValueError(
+                "state_dict: not an optex.torch.OptEx state (it has a 'state' but no "
+                f"'{_checkpoint.KEY}' entry: a torch.optim optimizer's?)"
+            )
+        # torch.optim's own checks and param groups first; put back unless
+        # everything loads, so that a refused state changes nothing.
+        old_groups, old_state = self.param_groups, self.state
+        super().load_state_dict({"state": {}, "param_groups": groups})
+        new_groups = self.param_groups
+        try:
+            engine, layout, offsets, shelf, ranges = self._engine_from_state(state_dict, new_groups)
+        except BaseException:
+            self.param_groups, self.state = old_groups, old_state
+            raise
         self.state.clear()
         self._engine, self._layout, self._last_info = engine, layout, None
         self._iteration = 0 if engine is None else int(engine.iteration)
-        if engine is None:
-            self._iterate = None
+        self._offsets, self._shelf = offsets, shelf
+        if engine is None or layout is None:
+            self._iterate, self._ranges = None, []
             return
+        self._ranges = ranges
         self._options = engine.options
-        self._iterate = torch.from_numpy(engine.x).to(self._param_device())
+        self._iterate = torch.from_numpy(engine.x).to(layout.device)
+
+    def _engine_from_state(self, state_dict: dict[str, Any], groups: list[dict[str, Any]]) -> tuple:
+        """(engine, layout, offsets, shelf, ranges) of a state_dict() (Nones and empties
+        for a state saved before the first step); ValueError for a malformed one."""
+        offsets, shelf = StepOffsets(), Shelf()
+        if not _checkpoint.is_optex_state(state_dict):
+            return None, None, offsets, shelf, []
+        state = state_dict["state"]
+        params = [p for group in groups for p in group["params"]]
+        optex_part = state_dict[_checkpoint.KEY]
+        indices = _checkpoint.trainable_indices(optex_part, len(params), self._kind)
+        chosen = set(indices)
+        layout = FlatLayout([[p for p, i in zip(group["params"], indices_of) if i in chosen]
+                             for group, indices_of in _indexed(groups)])
+        arrays, own_steps = _checkpoint.engine_arrays(optex_part, state, layout, params)
+        for p in layout.params:
+            offsets.set(p, int(arrays["step"]) - own_steps[id(p)])
+        ranges = engine_ranges(layout, _hyper.group_optimizers(self._kind, groups), offsets)
+        arrays["optimizer"] = range_entries(ranges)
+        try:
+            engine = _Engine.from_state_arrays(arrays, device=self._engine_device())
+        except ValueError as error:
+            raise ValueError(f"state_dict: {error}") from None
+        for p, slots, own in _checkpoint.shelved_states(state, chosen, params, list(arrays["slots"])):
+            shelf.put(p, slots, own)
+        return engine, layout, offsets, shelf, ranges
+
+    def _load_engine_blob(self, state_dict: dict[str, Any]) -> None:
+        """The earlier state_dict format: one engine checkpoint (bytes) for all parameters."""
+        entry = state_dict["state"].get(0)
+        if len(state_dict["state"]) != 1 or not isinstance(entry.get(_CHECKPOINT_KEY), (bytes, bytearray)):
+            raise ValueError(
+                "state_dict: not an optex.torch.OptEx state (expected 'state' to be empty "
+                f"or {{0: {{'{_CHECKPOINT_KEY}': bytes, ...}}}}, got keys {list(state_dict['state'])})"
+            )
+        engine = _engine_from_bytes(bytes(entry[_CHECKPOINT_KEY]), self._engine_device())
+        kind = _hyper.kind_of(engine.optimizer)
+        if kind != self._kind:
+            raise ValueError(
+                f"state_dict: saved with optimizer={kind!r}, this optimizer has optimizer={self._kind!r}"
+            )
+        layout = FlatLayout([group["params"] for group in self.param_groups])
+        if engine.dim != layout.dim:
+            raise ValueError(
+                f"state_dict: the checkpoint is for {engine.dim} parameters, this optimizer has {layout.dim}"
+            )
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        self.state.clear()
+        self._engine, self._layout, self._last_info = engine, layout, None
+        self._offsets, self._shelf = StepOffsets(), Shelf()
+        self._iteration = int(engine.iteration)
+        self._ranges = engine_ranges(layout, _hyper.group_optimizers(self._kind, self.param_groups),
+                                     self._offsets)
+        self._options = engine.options
+        self._iterate = torch.from_numpy(engine.x).to(layout.device)
 
 
 # The engine checkpoints through a file (optex.OptEx.save/load); state_dict holds its bytes.
@@ -698,3 +934,25 @@ def _engine_from_bytes(blob: bytes, device: str) -> _Engine:
             return _Engine.load(path, device=device)
         except RuntimeError as error:
             raise ValueError(f"state_dict: the engine checkpoint cannot be read: {error}") from None
+
+
+def _indexed(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], range]]:
+    """Each param group with the state_dict indices of its parameters."""
+    out, start = [], 0
+    for group in groups:
+        count = len(group["params"])
+        out.append((group, range(start, start + count)))
+        start += count
+    return out
+
+
+def _restore(param_groups: list[dict[str, Any]], settings: dict[str, Any],
+             state: dict[str, Any]) -> OptEx:
+    """The other half of OptEx.__reduce_ex__."""
+    defaults = dict(settings["defaults"])
+    lr = defaults.pop("lr")
+    opt = OptEx(param_groups, settings["optimizer"], lr, options=Options(**settings["options"]),
+                device=settings["device"], drop_nonfinite=settings["drop_nonfinite"],
+                buffers=settings["buffers"], distributed=settings["distributed"], **defaults)
+    opt.load_state_dict(state)
+    return opt
