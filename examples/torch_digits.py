@@ -101,11 +101,22 @@ def optex_rounds(model: torch.nn.Module, data: Digits) -> Callable[[], None]:
     """One OptEx round per call."""
     opt = optex.torch.OptEx(model.parameters(), optimizer="adam", lr=LR, parallelism=N)  # lr 1e-3, N = 4
     batches = optex.torch.PointBatches(opt, (data.x_train, data.y_train), batch_size=BATCH)  # 32
-    # The one line that batched evaluation changes: optex.torch.BatchedClosure(model, loss_fn, batches).
+    # optex_batched_rounds below evaluates the N points in one call instead.
     closure = sequential_closure(model, loss_fn, batches)
 
     def one_round() -> None:
         opt.step(closure)  # one round: the closure runs at the 4 points, each on its own batch
+    return one_round
+
+
+def optex_batched_rounds(model: torch.nn.Module, data: Digits) -> Callable[[], None]:
+    """One OptEx round per call, its N evaluations in one vectorized call (torch.func)."""
+    opt = optex.torch.OptEx(model.parameters(), optimizer="adam", lr=LR, parallelism=N)
+    batches = optex.torch.PointBatches(opt, (data.x_train, data.y_train), batch_size=BATCH)
+    closure = optex.torch.BatchedClosure(model, lambda m, inputs, labels: loss_fn(m(inputs), labels), batches)
+
+    def one_round() -> None:
+        opt.step(closure)
     return one_round
 
 
@@ -139,6 +150,7 @@ class Method:
 
 METHODS = (
     Method(f"OptEx N={N}, Adam", N, BATCH, optex_rounds),
+    Method(f"OptEx N={N}, batched", N, BATCH, optex_batched_rounds),
     Method("Adam", 1, BATCH, adam_steps(BATCH)),
     Method(f"Adam, {N}x batch", 1, N * BATCH, adam_steps(N * BATCH)),
 )

@@ -82,4 +82,5 @@ def test_the_torch_example_reaches_its_quick_target(monkeypatch, capsys) -> None
         assert int(evaluated) == int(rounds) * int(per_round) and int(samples) == int(evaluated) * int(batch)
         assert 0 < int(rounds) <= 400 and float(seconds) > 0
         rows[name] = (int(per_round), int(batch))
-    assert rows == {"OptEx N=4, Adam": (4, 32), "Adam": (1, 32), "Adam, 4x batch": (1, 128)}
+    assert rows == {"OptEx N=4, Adam": (4, 32), "OptEx N=4, batched": (4, 32), "Adam": (1, 32),
+                    "Adam, 4x batch": (1, 128)}
