@@ -62,8 +62,12 @@ class BatchedClosure:
     float64; the parameters and their ``.grad`` are not touched during the
     evaluation. The optimizer's parameters are mapped to the model's by identity
     (``model.named_parameters()``); a parameter of the optimizer that is not one of
-    the model's raises ValueError naming it. A parameter with ``requires_grad=False``
-    gets a zero gradient, as in the sequential closure. The result equals the
+    the model's raises ValueError naming it. Parameters with ``requires_grad=False``
+    are not in the engine (``optex.torch.OptEx`` leaves them out) and keep the
+    model's values. A trainable parameter the loss does not use gets a zero
+    gradient here, so the round steps it (momentum, weight decay), where with the
+    sequential closure its ``.grad`` stays None and the round leaves it alone;
+    freeze such parameters to keep torch.optim's rule. The result equals the
     sequential closure's up to float32 rounding: vmap computes the rows with
     batched kernels (batched matrix products, grouped convolutions), which may add
     in another order. Random operations follow ``randomness`` (``torch.func.vmap``'s):
