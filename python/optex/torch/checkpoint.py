@@ -134,6 +134,25 @@ def trainable_indices(optex_part: Any, count: int, kind: str) -> list[int]:
     return indices
 
 
+def _slot_values(entry: dict[Any, Any], i: int, slot_names: Sequence[str], size: int,
+                 finite: bool) -> dict[str, torch.Tensor]:
+    """Parameter i's slots as flat float32 CPU tensors (views); ValueError naming the
+    slot unless each is a float32 tensor of ``size`` elements (and finite, if asked:
+    the engine checks the values of the slots it takes itself)."""
+    out = {}
+    for name in slot_names:
+        value = entry.get(name)
+        if (not isinstance(value, torch.Tensor) or value.dtype != torch.float32
+                or value.numel() != size or finite and not torch.isfinite(value).all()):
+            raise ValueError(
+                f"state_dict['state'][{i}]['{name}']: must be a {'finite ' if finite else ''}float32 "
+                f"tensor of {size} elements"
+                + ("" if not isinstance(value, torch.Tensor) else f", got {value.dtype} with {value.numel()}")
+            )
+        out[name] = value.detach().cpu().reshape(-1)
+    return out
+
+
 def engine_arrays(optex_part: dict[str, Any], state: Any, layout: FlatLayout,
                   params: Sequence[torch.Tensor]) -> tuple[dict[str, Any], dict[int, int]]:
     """The engine state to build from (without "optimizer", the caller's), and each
@@ -161,17 +180,8 @@ def engine_arrays(optex_part: dict[str, Any], state: Any, layout: FlatLayout,
         if unknown:
             raise ValueError(f"state_dict['state'][{i}]: unknown keys {sorted(map(str, unknown))} "
                              f"(expected {', '.join(slot_names)}, step)")
-        for name in slot_names:
-            value = entry.get(name)
-            if (not isinstance(value, torch.Tensor) or value.dtype != torch.float32
-                    or value.numel() != segment.size):
-                raise ValueError(
-                    f"state_dict['state'][{i}]['{name}']: must be a float32 tensor of "
-                    f"{segment.size} elements"
-                    + ("" if not isinstance(value, torch.Tensor) else
-                       f", got {value.dtype} with {value.numel()}")
-                )
-            slots[name][segment.offset:segment.stop] = value.detach().cpu().reshape(-1).numpy()
+        for name, values in _slot_values(entry, i, slot_names, segment.size, finite=False).items():
+            slots[name][segment.offset:segment.stop] = values.numpy()
         own = _int(entry.get("step"), f"state_dict['state'][{i}]['step']")
         if not 0 <= own <= step:
             raise ValueError(f"state_dict['state'][{i}]['step']: must be in [0, {step}] (the engine's "
@@ -192,14 +202,8 @@ def shelved_states(state: dict[Any, Any], trainable: set[int], params: Sequence[
             continue
         if not isinstance(entry, dict):
             raise ValueError(f"state_dict['state'][{i}]: must be a dict")
-        slots = {}
-        for name in slot_names:
-            value = entry.get(name)
-            if (not isinstance(value, torch.Tensor) or value.dtype != torch.float32
-                    or value.numel() != p.numel() or not torch.isfinite(value).all()):
-                raise ValueError(f"state_dict['state'][{i}]['{name}']: must be a finite float32 tensor "
-                                 f"of {p.numel()} elements")
-            slots[name] = value.detach().cpu().reshape(-1).clone()
+        slots = {name: values.clone() for name, values in
+                 _slot_values(entry, i, slot_names, p.numel(), finite=True).items()}
         own = _int(entry.get("step"), f"state_dict['state'][{i}]['step']")
         if own < 0:
             raise ValueError(f"state_dict['state'][{i}]['step']: must be >= 0, got {own}")

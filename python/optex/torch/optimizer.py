@@ -650,81 +650,25 @@ class OptEx(torch.optim.Optimizer):
             mine, width = ranks.points(n), ranks.width(n)
             grads_local = self._scratch_tensor("grads_local", (width, d), torch.float32, ranks.device)
             losses_local = ranks.losses_buffer(width)
-        # The closure needs its point, and gives its gradient, on the parameters' device.
-        scratch_point = (self._scratch_tensor("point", (d,), torch.float32, dev)
-                         if points.device != dev else None)
-        scratch_grad = (self._scratch_tensor("grad", (d,), torch.float32, dev)
-                        if grads_local.device != dev else None)
         batched = isinstance(closure, BatchedClosure) and closure.vectorize
         # Under vmap no evaluation can update a buffer in place (BatchedClosure refuses
         # such models), so there is nothing to keep.
         buffers = (CommittedBuffers(self._buffer_tensors)
                    if self._buffer_tensors is not None and not batched else None)
-
-        results: dict[int, Any] = {}
-        got_gradient = [False] * len(layout.params)
-        failure: BaseException | None = None
         try:
-            if batched:
-                # batched.py: all of this process's rows in one vectorized call, not one
-                # by one; every trainable parameter gets a gradient (zeros where unused).
-                got_gradient = [True] * len(layout.params)
-                try:
-                    results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
-                except Exception as error:
-                    if ranks is None:
-                        raise
-                    failure = error
-                    ranks.flag_failure(losses_local, mine.start)
-            for k, i in enumerate([] if batched else mine):
-                if scratch_point is not None:
-                    scratch_point.copy_(points[i])
-                    point = scratch_point
-                else:
-                    point = points[i]
-                out = grads_local[k] if scratch_grad is None else scratch_grad
-                self._current_point, self._current_seed = i, int(seeds[i])
-                if buffers is not None:
-                    buffers.before_evaluation()
-                try:
-                    results[i], losses_local[k], had = evaluate(closure, layout, point, out)
-                except Exception as error:
-                    if ranks is None:
-                        raise
-                    # The other ranks must learn of it in the gather, not hang in it.
-                    failure = error
-                    ranks.flag_failure(losses_local, i)
-                    break
-                got_gradient = [a or b for a, b in zip(got_gradient, had)]
-                if buffers is not None:
-                    buffers.after_evaluation(i)
-                if scratch_grad is not None:
-                    grads_local[k].copy_(scratch_grad)
-        except BaseException:
-            if buffers is not None:
-                buffers.restore_start()
-            raise
-        finally:
-            self._current_point = self._current_seed = None
-            layout.write(self._iterate)
-
-        try:
+            results, got_gradient, failure = self._evaluate(
+                closure, batched, points, seeds, mine, grads_local, losses_local, ranks, buffers)
             if ranks is None:
                 losses = losses_local
             else:
                 losses = ranks.gather(grads_local, losses_local, rows, failure)
                 got_gradient = ranks.any_rank(got_gradient)
-        except BaseException:
-            if buffers is not None:
-                buffers.restore_start()
-            raise
-        if rows.device.type == "cuda":
-            torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
-        # torch.optim skips a parameter without a gradient: the commit leaves its
-        # value and state alone, and the round does not count among its steps.
-        unused = [p for p, got in zip(layout.params, got_gradient) if not got]
-        steps_before = engine.optimizer_step
-        try:
+            if rows.device.type == "cuda":
+                torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
+            # torch.optim skips a parameter without a gradient: the commit leaves its
+            # value and state alone, and the round does not count among its steps.
+            unused = [p for p, got in zip(layout.params, got_gradient) if not got]
+            steps_before = engine.optimizer_step
             info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite,
                                       unchanged=merged_segments(layout, [not got for got in got_gradient]))
         except BaseException:
@@ -742,6 +686,61 @@ class OptEx(torch.optim.Optimizer):
         if buffers is not None:
             buffers.keep(committed.start, n, ranks)
         return loss_at(committed, info.loss, results, losses)
+
+    def _evaluate(self, closure: Closure, batched: bool, points: torch.Tensor, seeds: Any,
+                  mine: range, grads_local: torch.Tensor, losses_local: torch.Tensor,
+                  ranks: Ranks | None, buffers: CommittedBuffers | None
+                  ) -> tuple[dict[int, Any], list[bool], BaseException | None]:
+        """Evaluates the closure at this process's points ``mine`` into ``grads_local``
+        and ``losses_local``; returns (the closure's values by row, per trainable
+        parameter whether any call gave it a gradient, the error a closure raised
+        under torch.distributed, which the gather reports to every rank). The
+        parameters hold the iterate again afterwards."""
+        layout = self._layout
+        assert layout is not None and self._iterate is not None
+        dev, d = layout.device, layout.dim
+        # The closure needs its point, and gives its gradient, on the parameters' device.
+        scratch_point = (self._scratch_tensor("point", (d,), torch.float32, dev)
+                         if points.device != dev else None)
+        scratch_grad = (self._scratch_tensor("grad", (d,), torch.float32, dev)
+                        if grads_local.device != dev else None)
+        results: dict[int, Any] = {}
+        got_gradient = [False] * len(layout.params)
+        try:
+            if batched:
+                # batched.py: all of this process's rows in one vectorized call, not one
+                # by one; every trainable parameter gets a gradient (zeros where unused).
+                try:
+                    results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
+                except Exception as error:
+                    if ranks is None:
+                        raise
+                    ranks.flag_failure(losses_local, mine.start)
+                    return results, got_gradient, error
+                return results, [True] * len(layout.params), None
+            for k, i in enumerate(mine):
+                point = points[i] if scratch_point is None else scratch_point.copy_(points[i])
+                out = grads_local[k] if scratch_grad is None else scratch_grad
+                self._current_point, self._current_seed = i, int(seeds[i])
+                if buffers is not None:
+                    buffers.before_evaluation()
+                try:
+                    results[i], losses_local[k], had = evaluate(closure, layout, point, out)
+                except Exception as error:
+                    if ranks is None:
+                        raise
+                    # The other ranks must learn of it in the gather, not hang in it.
+                    ranks.flag_failure(losses_local, i)
+                    return results, got_gradient, error
+                got_gradient = [a or b for a, b in zip(got_gradient, had)]
+                if buffers is not None:
+                    buffers.after_evaluation(i)
+                if scratch_grad is not None:
+                    grads_local[k].copy_(scratch_grad)
+            return results, got_gradient, None
+        finally:
+            self._current_point = self._current_seed = None
+            layout.write(self._iterate)
 
     # ------------------------------------------------------------------ pickle, deepcopy, torch.save
 
@@ -915,15 +914,7 @@ class OptEx(torch.optim.Optimizer):
         self._iterate = torch.from_numpy(engine.x).to(layout.device)
 
 
-# The engine checkpoints through a file (optex.OptEx.save/load); state_dict holds its bytes.
-
-def _engine_bytes(engine: _Engine) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="optex-") as tmp:
-        path = os.path.join(tmp, "engine.ckpt")
-        engine.save(path)
-        with open(path, "rb") as f:
-            return f.read()
-
+# The earlier state_dict format held an engine checkpoint file's bytes.
 
 def _engine_from_bytes(blob: bytes, device: str) -> _Engine:
     with tempfile.TemporaryDirectory(prefix="optex-") as tmp:
