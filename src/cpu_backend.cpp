@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "optex/block_pool.hpp"
 #include "optex/detail/allocation.hpp"
 #include "optex/detail/engine_backend.hpp"
 #include "optex/gp_estimator.hpp"
@@ -19,10 +21,14 @@
 namespace optex::detail {
 namespace {
 
-bool state_finite(const OptimizerState& s) {
-  return std::all_of(s.slots.begin(), s.slots.end(), [](const std::vector<float>& slot) {
-    return all_within_bound(slot, FLT_MAX);
+bool state_finite(const BlockPool& pool, const OptimizerState& s) {
+  return std::all_of(s.slots.begin(), s.slots.end(), [&](const std::vector<float>& slot) {
+    return streaming::all_within_bound(pool, slot.data(), slot.size(), FLT_MAX);
   });
+}
+
+bool within(const BlockPool& pool, std::span<const float> values, float bound) {
+  return streaming::all_within_bound(pool, values.data(), values.size(), bound);
 }
 
 // staged[r] := current[r]; nothing when both are empty (a slot the optimizer does not keep).
@@ -35,10 +41,20 @@ void keep_values(const std::vector<float>& current, std::vector<float>& staged,
 }
 
 // ||a - b|| over d floats, in one pass (no cancellation between nearby rows).
-double distance(const float* a, const float* b, std::size_t d) {
+double distance(const BlockPool& pool, const float* a, const float* b, std::size_t d) {
   double squared = 0.0;
-  streaming::squared_distances(a, 1, d, b, &squared);
+  streaming::squared_distances(pool, a, 1, d, {&b, 1}, &squared);
   return std::sqrt(squared);
+}
+
+// to[i] = from[i] for i < d, in blocks on the pool's threads.
+void copy(const BlockPool& pool, const float* from, float* to, std::size_t d) {
+  pool.for_blocks(block_count(d), 2 * kCoordinateBlock * sizeof(float),
+                  [&](std::size_t first, std::size_t last) {
+                    const std::size_t begin = first * kCoordinateBlock;
+                    const std::size_t end = std::min(last * kCoordinateBlock, d);
+                    std::copy(from + begin, from + end, to + begin);
+                  });
 }
 
 class CpuBackend final : public EngineBackend {
@@ -52,7 +68,8 @@ class CpuBackend final : public EngineBackend {
         history_(static_cast<std::size_t>(options.history), x0.size()),
         bound_(magnitude_bound(x0.size())),
         estimator_(options.kernel, options.noise, options.input_scaling,
-                   static_cast<std::size_t>(options.history)) {}
+                   static_cast<std::size_t>(options.history)),
+        pool_(std::make_unique<BlockPool>(options.threads)) {}
 
   Device device() const override { return Device::cpu(); }
   std::size_t dim() const override { return x_.size(); }
@@ -65,6 +82,7 @@ class CpuBackend final : public EngineBackend {
   std::span<const float> iterate_if_host() const override { return x_; }
   const float* device_iterate() override { return x_.data(); }
   void set_optimizer(const OptimizerRanges& optimizer) override { optimizer_ = optimizer; }
+  void set_threads(int threads) override { pool_ = std::make_unique<BlockPool>(threads); }
 
   void restore(const OptimizerState& state, const GradientHistory& history) override {
     state_ = state;
@@ -79,7 +97,7 @@ class CpuBackend final : public EngineBackend {
   }
 
   void begin_batch(Batch& batch) override {
-    std::copy(x_.begin(), x_.end(), BatchAccess::points(batch));
+    copy(*pool_, x_.data(), BatchAccess::points(batch), dim());
     work_state_ = state_;
     work_state_is_last_ = true;
     weights_finite_ = true;
@@ -91,7 +109,7 @@ class CpuBackend final : public EngineBackend {
     const float* from = row - d;
     std::span<float> predicted(BatchAccess::predicted(batch) + static_cast<std::size_t>(i - 1) * d,
                                d);
-    std::copy(from, from + d, row);
+    copy(*pool_, from, row, d);
     switch (source) {
       case ProxySource::hold:
         std::fill(predicted.begin(), predicted.end(), 0.0f);
@@ -105,14 +123,14 @@ class CpuBackend final : public EngineBackend {
         break;
       }
       case ProxySource::gp:
-        estimator_.predict(history_, {from, d}, predicted);
+        estimator_.predict(history_, {from, d}, predicted, *pool_);
         for (double w : estimator_.weights()) weights_finite_ = weights_finite_ && std::isfinite(w);
         break;
       case ProxySource::oracle:
         oracle({from, d}, predicted);
         break;
     }
-    apply_step(optimizer_, {row, d}, work_state_, predicted);
+    apply_step(optimizer_, {row, d}, work_state_, predicted, *pool_);
   }
 
   // One pass at the end, as on a device: a state slot that overflowed stays
@@ -120,7 +138,7 @@ class CpuBackend final : public EngineBackend {
   bool finish_batch(Batch& batch) override {
     const std::span<const float> points(BatchAccess::points(batch),
                                         static_cast<std::size_t>(batch.size()) * dim());
-    return weights_finite_ && all_within_bound(points, bound_) && state_finite(work_state_);
+    return weights_finite_ && within(*pool_, points, bound_) && state_finite(*pool_, work_state_);
   }
 
   double posterior_variance() const override { return estimator_.variance(); }
@@ -128,7 +146,7 @@ class CpuBackend final : public EngineBackend {
   double distance_from_iterate(Batch& batch, int i) override {
     const std::size_t d = dim();
     const float* points = BatchAccess::points(batch);
-    return distance(points + static_cast<std::size_t>(i) * d, points, d);
+    return distance(*pool_, points + static_cast<std::size_t>(i) * d, points, d);
   }
 
   void discard_work_state() override { work_state_is_last_ = false; }
@@ -137,7 +155,7 @@ class CpuBackend final : public EngineBackend {
     const std::size_t d = dim();
     const float* grads = BatchAccess::grads(batch);
     for (std::size_t i = 0; i < finite.size(); ++i)
-      finite[i] = all_within_bound({grads + i * d, d}, bound_);
+      finite[i] = within(*pool_, {grads + i * d, d}, bound_);
   }
 
   bool stage_step(Batch& batch, int c) override {
@@ -146,20 +164,21 @@ class CpuBackend final : public EngineBackend {
       return rows + static_cast<std::size_t>(i) * d;
     };
     if (c == batch.size() - 1 && work_state_is_last_) {
-      const float* point = row(BatchAccess::points(batch), c);
-      std::copy(point, point + d, next_x_.begin());
+      copy(*pool_, row(BatchAccess::points(batch), c), next_x_.data(), d);
     } else {
       // Replay the proxy steps up to point c to recover its optimizer state.
       work_state_ = state_;
-      std::copy(x_.begin(), x_.end(), next_x_.begin());
+      copy(*pool_, x_.data(), next_x_.data(), d);
       if (BatchAccess::proxy_steps_applied(batch)) {
-        for (int i = 0; i < c; ++i)
-          apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::predicted(batch), i), d});
+        for (int i = 0; i < c; ++i) {
+          apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::predicted(batch), i), d},
+                     *pool_);
+        }
       }
     }
     work_state_is_last_ = false;
-    apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d});
-    return all_within_bound(next_x_, bound_) && state_finite(work_state_);
+    apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d}, *pool_);
+    return within(*pool_, next_x_, bound_) && state_finite(*pool_, work_state_);
   }
 
   void keep_coordinates(std::span<const CoordinateRange> ranges) override {
@@ -185,25 +204,35 @@ class CpuBackend final : public EngineBackend {
     CommitStats stats;
     stats.prediction_error.assign(n > 1 ? static_cast<std::size_t>(n - 1) : 0,
                                   std::numeric_limits<double>::quiet_NaN());
+    double committed_squared_norm = std::numeric_limits<double>::quiet_NaN();
     for (int i = 0; i + 1 < n; ++i) {
       if (!keep[static_cast<std::size_t>(i)] || !predicted[static_cast<std::size_t>(i)]) continue;
-      const float* p = row(predictions, i);
-      const float* g = row(grads, i);
-      const double pp = streaming::dot(p, p, d);
-      const double pg = streaming::dot(p, g, d);
-      const double gg = streaming::dot(g, g, d);
-      const double denom = std::sqrt(pp * gg);
+      // The cosine, the prediction error and ||g||^2 from one pass over the pair.
+      const streaming::PairStatistics pair =
+          streaming::pair_statistics(*pool_, row(predictions, i), row(grads, i), d);
+      if (i == c) committed_squared_norm = pair.bb;
+      const double denom = std::sqrt(pair.aa * pair.bb);
       if (denom > 0.0) {
-        stats.cosine_sum += pg / denom;
+        stats.cosine_sum += pair.ab / denom;
         ++stats.cosine_count;
-        stats.prediction_error[static_cast<std::size_t>(i)] = distance(p, g, d) / std::sqrt(gg);
+        stats.prediction_error[static_cast<std::size_t>(i)] =
+            std::sqrt(pair.squared_distance) / std::sqrt(pair.bb);
       }
     }
-    stats.grad_norm = std::sqrt(streaming::dot(row(grads, c), row(grads, c), d));
-    stats.step_norm = distance(next_x_.data(), x_.data(), d);
+    if (std::isnan(committed_squared_norm))
+      committed_squared_norm = streaming::dot(*pool_, row(grads, c), row(grads, c), d);
+    stats.grad_norm = std::sqrt(committed_squared_norm);
+    stats.step_norm = distance(*pool_, next_x_.data(), x_.data(), d);
+    // Every kept pair enters the history together: one pass over its points and one over its
+    // gradients.
+    std::vector<const float*> new_points;
+    std::vector<const float*> new_gradients;
     for (int i = 0; i < n; ++i) {
-      if (keep[static_cast<std::size_t>(i)]) history_.push({row(points, i), d}, {row(grads, i), d});
+      if (!keep[static_cast<std::size_t>(i)]) continue;
+      new_points.push_back(row(points, i));
+      new_gradients.push_back(row(grads, i));
     }
+    history_.push_all(new_points, new_gradients, *pool_);
     std::swap(x_, next_x_);
     std::swap(state_, work_state_);
     return stats;
@@ -219,7 +248,8 @@ class CpuBackend final : public EngineBackend {
   GradientHistory history_;
   float bound_;  // magnitude_bound(d)
   GpGradientEstimator estimator_;
-  bool weights_finite_ = true;  // every GP weight of this batch's proxy steps
+  bool weights_finite_ = true;       // every GP weight of this batch's proxy steps
+  std::unique_ptr<BlockPool> pool_;  // the threads of every pass over d-vectors
 };
 
 }  // namespace

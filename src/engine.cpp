@@ -116,6 +116,14 @@ std::size_t Engine::dim() const { return backend().dim(); }
 std::span<const float> Engine::iterate() const { return backend().iterate(); }
 const float* Engine::device_iterate() const { return backend().device_iterate(); }
 
+void Engine::set_threads(int threads) {
+  Options changed = options_;
+  changed.threads = threads;
+  changed.validate();
+  backend().set_threads(threads);
+  options_.threads = threads;
+}
+
 void Engine::set_optimizer(const OptimizerRanges& optimizer) {
   if (pending_) {
     throw std::runtime_error("set_optimizer: between ask() and tell() (iteration " +

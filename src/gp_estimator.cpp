@@ -79,14 +79,15 @@ void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale
 }
 
 void GpGradientEstimator::predict(const GradientHistory& history, std::span<const float> x,
-                                  std::span<float> out) {
+                                  std::span<float> out, const BlockPool& pool) {
   const std::size_t n = fitted_size_;
   const std::size_t d = history.dim();
   if (n == 0 || n != history.size() || fitted_version_ != history.version()) {
     throw std::logic_error("gp estimator: predict() needs fit() on the current history");
   }
   // Pass 1 over X: distances to every history point, then the kernel vector.
-  streaming::squared_distances(history.points_data(), n, d, x.data(), distances_.data());
+  const float* query = x.data();
+  streaming::squared_distances(pool, history.points_data(), n, d, {&query, 1}, distances_.data());
   const double inv = 1.0 / (scale_ * lengthscale_);
   auto k = weights_.head(static_cast<Eigen::Index>(n));
   for (std::size_t j = 0; j < n; ++j) {
@@ -100,7 +101,7 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
   // Round-off may take it a hair below zero at a history point; the variance is not negative.
   variance_ = std::max(0.0, 1.0 - explained);
   // Pass 2 over G: the weighted sum of history gradients.
-  streaming::weighted_sum(history.gradients_data(), n, d, weights_.data(), out.data());
+  streaming::weighted_sum(pool, history.gradients_data(), n, d, weights_.data(), out.data());
 }
 
 }  // namespace optex

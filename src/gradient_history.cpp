@@ -40,22 +40,58 @@ GradientHistory::GradientHistory(std::size_t capacity, std::size_t dim)
   });
 }
 
-void GradientHistory::push(std::span<const float> point, std::span<const float> gradient) {
+void GradientHistory::push(std::span<const float> point, std::span<const float> gradient,
+                           const BlockPool& pool) {
   if (point.size() != dim_ || gradient.size() != dim_) {
     throw std::invalid_argument("history: pair of sizes " + std::to_string(point.size()) + ", " +
                                 std::to_string(gradient.size()) + " does not match dim " +
                                 std::to_string(dim_));
   }
-  const std::size_t slot = advance();
-  float* x = points_.data() + slot * dim_;
-  float* g = gradients_.data() + slot * dim_;
-  std::copy(point.begin(), point.end(), x);
-  std::copy(gradient.begin(), gradient.end(), g);
-  // Only row and column `slot` change: one pass over the points and one over
-  // the gradients, each reading the new row once.
-  streaming::squared_distances(points_.data(), size(), dim_, x, scratch_distances_.data());
-  streaming::inner_products(gradients_.data(), size(), dim_, g, scratch_inner_.data());
-  set_row(slot, scratch_distances_.data(), streaming::dot(x, x, dim_), scratch_inner_.data());
+  const float* x = point.data();
+  const float* g = gradient.data();
+  push_all({&x, 1}, {&g, 1}, pool);
+}
+
+void GradientHistory::push_all(std::span<const float* const> points,
+                               std::span<const float* const> gradients, const BlockPool& pool) {
+  if (points.size() != gradients.size()) {
+    throw std::invalid_argument("history: " + std::to_string(points.size()) + " points but " +
+                                std::to_string(gradients.size()) + " gradients");
+  }
+  const std::size_t n = points.size();
+  if (n == 0) return;
+  // Only the last capacity() pairs survive; the earlier ones still advance the
+  // ring (and the version) as their pushes would have.
+  const std::size_t skipped = n > capacity() ? n - capacity() : 0;
+  std::vector<std::size_t> slots;
+  std::vector<const float*> new_points;
+  std::vector<const float*> new_gradients;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t slot = advance();
+    if (k < skipped) continue;
+    float* x = points_.data() + slot * dim_;
+    float* g = gradients_.data() + slot * dim_;
+    std::copy(points[k], points[k] + dim_, x);
+    std::copy(gradients[k], gradients[k] + dim_, g);
+    slots.push_back(slot);
+    new_points.push_back(x);
+    new_gradients.push_back(g);
+  }
+  // Only the new slots' rows and columns change: one pass over the points and
+  // one over the gradients, each reading every new row once.
+  const std::size_t rows = size();
+  scratch_distances_.resize(slots.size() * capacity());
+  scratch_inner_.resize(slots.size() * capacity());
+  std::vector<double> norms(slots.size());
+  streaming::squared_distances(pool, points_.data(), rows, dim_, new_points,
+                               scratch_distances_.data(), norms.data());
+  streaming::inner_products(pool, gradients_.data(), rows, dim_, new_gradients,
+                            scratch_inner_.data());
+  // In push order: an entry between two new slots is set by both, the later last.
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    set_row(slots[k], scratch_distances_.data() + k * rows, norms[k],
+            scratch_inner_.data() + k * rows);
+  }
 }
 
 void GradientHistory::assign(const HistoryGram& gram, std::span<const float> points,

@@ -6,11 +6,13 @@
 // Out of line so that this file alone is compiled with -fno-math-errno: with
 // errno semantics GCC cannot vectorise the loops around sqrt. sqrt is
 // correctly rounded either way, so results are unchanged bit for bit.
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
+#include "optex/block_pool.hpp"
 #include "optex/optimizer.hpp"
 #include "optex/optimizer_ranges.hpp"
 
@@ -52,20 +54,39 @@ void update_with_layout(unsigned layout, float* x, const float* g, OptimizerStat
   if (!matched) throw std::logic_error("apply_step: a state layout beyond kMaxStateSlots");
 }
 
-// Every range of one kind O: its coefficients, then its coordinates.
+// Every range of one kind O: its coefficients, then its coordinates, in
+// blocks on the pool's threads (each coordinate's update is independent of the
+// others, so the thread count cannot change a bit).
 template <class O>
 void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
-                 std::span<const float> g) {
+                 std::span<const float> g, const BlockPool& pool) {
   const unsigned layout = s.used().bits;
+  struct Span {
+    std::size_t begin, end;
+    typename O::Coefficients c;
+  };
+  std::vector<Span> spans;
+  spans.reserve(ranges.count());
   std::size_t begin = 0;
   for (const OptimizerRange& range : ranges.ranges()) {
     const std::size_t end = ranges.covers_any_dimension() ? x.size() : begin + range.size;
-    const typename O::Coefficients c =
-        std::get<O>(range.optimizer).coefficients(range.local_step(s.step));
-    update_with_layout<O>(layout, x.data(), g.data(), s, begin, end, c,
-                          std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
+    spans.push_back(
+        {begin, end, std::get<O>(range.optimizer).coefficients(range.local_step(s.step))});
     begin = end;
   }
+  const std::size_t bytes_per_block =
+      (3 + 2 * static_cast<std::size_t>(s.used().count())) * kCoordinateBlock * sizeof(float);
+  pool.for_blocks(block_count(x.size()), bytes_per_block, [&](std::size_t first, std::size_t last) {
+    const std::size_t lo = first * kCoordinateBlock;
+    const std::size_t hi = std::min(last * kCoordinateBlock, x.size());
+    for (const Span& sp : spans) {
+      const std::size_t b = std::max(sp.begin, lo);
+      const std::size_t e = std::min(sp.end, hi);
+      if (b >= e) continue;
+      update_with_layout<O>(layout, x.data(), g.data(), s, b, e, sp.c,
+                            std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
+    }
+  });
   ++s.step;
 }
 
@@ -94,7 +115,7 @@ void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState&
 }  // namespace
 
 void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
-                std::span<const float> g) {
+                std::span<const float> g, const BlockPool& pool) {
   std::size_t dim = x.size();
   if (!ranges.covers_any_dimension()) {
     const std::optional<std::size_t> total = total_size(ranges.ranges());
@@ -107,8 +128,13 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
   check_sizes(dim, x, s, g, ranges.state_slots());
   check_step_offsets(ranges, s.step);
   std::visit(
-      [&](const auto& first) { step_ranges<std::decay_t<decltype(first)>>(ranges, x, s, g); },
+      [&](const auto& first) { step_ranges<std::decay_t<decltype(first)>>(ranges, x, s, g, pool); },
       ranges.front());
+}
+
+void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                std::span<const float> g) {
+  apply_step(ranges, x, s, g, BlockPool::serial());
 }
 
 void apply_step(const Optimizer& opt, std::span<float> x, OptimizerState& s,

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "optex/block_pool.hpp"
 #include "optex/optimizers/hyperparameter.hpp"
 #include "optex/options.hpp"
 
@@ -58,6 +59,8 @@ void Options::validate() const {
     reject("device", static_cast<int>(device.kind), "cpu or cuda");
   if (device.index < 0 || (!device.is_cuda() && device.index != 0))
     reject("device.index", device.index, device.is_cuda() ? ">= 0" : "0 for the CPU");
+  if (threads < 0 || threads > kMaxThreads)
+    reject("threads", threads, "in [0, 1024] (0: every core)");
   if (static_cast<int>(history_precision) < 0 || static_cast<int>(history_precision) > 2)
     reject("history_precision", static_cast<int>(history_precision), "one of the Precision values");
   if (history_precision != Precision::fp32 && !device.is_cuda()) {

@@ -10,10 +10,14 @@
 // restarts a short stream at every block; all T0 rows at once (a plain GEMV)
 // is more streams than the prefetchers track. Both measured about 2x slower
 // (bench/results/cpu-estimator-2026-11-22.md).
+//
+// A reduction writes one partial per (block, output) into the caller's
+// scratch and adds them up in block order afterwards, so the threads only
+// decide who computes a partial, never how the partials are added.
 namespace optex::streaming {
 namespace {
 
-constexpr std::size_t kBlock = 4096;
+constexpr std::size_t kBlock = kCoordinateBlock;
 constexpr std::size_t kRows = 4;
 constexpr std::size_t kMaxRowsOnStack = 256;
 
@@ -21,7 +25,27 @@ using Packet = Eigen::internal::packet_traits<float>::type;
 constexpr std::size_t kLanes =
     static_cast<std::size_t>(Eigen::internal::packet_traits<float>::size);
 
-// out[j] += sum_i f(rows[j][i], x[i]) over one block, for kRows rows at once.
+std::size_t block_length(std::size_t block, std::size_t dim) {
+  return std::min(kBlock, dim - block * kBlock);
+}
+
+// The partials of the calling thread's current pass: blocks x outputs doubles.
+double* partials(std::size_t blocks, std::size_t outputs) {
+  thread_local std::vector<double> scratch;
+  if (scratch.size() < blocks * outputs) scratch.resize(blocks * outputs);
+  std::fill(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(blocks * outputs), 0.0);
+  return scratch.data();
+}
+
+// out[k] = sum over blocks b, in order, of partial[b * outputs + k].
+void sum_blocks(const double* partial, std::size_t blocks, std::size_t outputs, double* out) {
+  std::fill(out, out + outputs, 0.0);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (std::size_t k = 0; k < outputs; ++k) out[k] += partial[b * outputs + k];
+  }
+}
+
+// out[q] += sum_i f(rows[q][i], x[i]) over one block, for R rows at once.
 // f(r, x) = (r - x)^2 when Diff, r * x otherwise.
 template <bool Diff, std::size_t R>
 void block_rows(const float* const* r, const float* x, std::size_t len, double* out) {
@@ -58,39 +82,77 @@ void block_rows(const float* const* r, const float* x, std::size_t len, double* 
   }
 }
 
+// <a, b> over one block, in float (Eigen's vectorised dot).
+double block_dot(const float* a, const float* b, std::size_t len) {
+  const auto n = static_cast<Eigen::Index>(len);
+  return static_cast<double>(
+      Eigen::Map<const Eigen::VectorXf>(a, n).dot(Eigen::Map<const Eigen::VectorXf>(b, n)));
+}
+
+// Every (query, row) pair of one block. Rows go in groups of kRows in the
+// outer loop, so a group's block stays in cache while every query reads it.
+// partial: nq x nrows values for this block.
 template <bool Diff>
-void blocked_reduce(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                    double* out) {
-  std::fill(out, out + nrows, 0.0);
-  for (std::size_t begin = 0; begin < dim; begin += kBlock) {
-    const std::size_t len = std::min(kBlock, dim - begin);
-    std::size_t j = 0;
-    const float* r[kRows];
-    for (; j + kRows <= nrows; j += kRows) {
-      for (std::size_t q = 0; q < kRows; ++q) r[q] = rows + (j + q) * dim + begin;
-      block_rows<Diff, kRows>(r, x + begin, len, out + j);
-    }
-    for (; j < nrows; ++j) {
-      r[0] = rows + j * dim + begin;
-      block_rows<Diff, 1>(r, x + begin, len, out + j);
-    }
+void block_all_pairs(const float* rows, std::size_t nrows, std::size_t dim,
+                     std::span<const float* const> queries, std::size_t begin, std::size_t len,
+                     double* partial) {
+  const float* r[kRows];
+  std::size_t j = 0;
+  for (; j + kRows <= nrows; j += kRows) {
+    for (std::size_t q = 0; q < kRows; ++q) r[q] = rows + (j + q) * dim + begin;
+    for (std::size_t q = 0; q < queries.size(); ++q)
+      block_rows<Diff, kRows>(r, queries[q] + begin, len, partial + q * nrows + j);
   }
+  for (; j < nrows; ++j) {
+    r[0] = rows + j * dim + begin;
+    for (std::size_t q = 0; q < queries.size(); ++q)
+      block_rows<Diff, 1>(r, queries[q] + begin, len, partial + q * nrows + j);
+  }
+}
+
+template <bool Diff>
+void all_pairs(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+               std::span<const float* const> queries, double* out, double* query_norms) {
+  const std::size_t nq = queries.size();
+  const std::size_t pairs = nq * nrows;
+  const std::size_t outputs = pairs + (query_norms ? nq : 0);
+  const std::size_t blocks = block_count(dim);
+  double* partial = partials(blocks, outputs);
+  const std::size_t bytes_per_block = (nrows + nq) * kBlock * sizeof(float);
+  pool.for_blocks(blocks, bytes_per_block, [&](std::size_t first, std::size_t last) {
+    for (std::size_t b = first; b < last; ++b) {
+      const std::size_t begin = b * kBlock;
+      const std::size_t len = block_length(b, dim);
+      double* p = partial + b * outputs;
+      block_all_pairs<Diff>(rows, nrows, dim, queries, begin, len, p);
+      if (query_norms) {
+        for (std::size_t q = 0; q < nq; ++q)
+          p[pairs + q] = block_dot(queries[q] + begin, queries[q] + begin, len);
+      }
+    }
+  });
+  std::vector<double> sums(outputs);
+  sum_blocks(partial, blocks, outputs, sums.data());
+  std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(pairs), out);
+  if (query_norms)
+    std::copy(sums.begin() + static_cast<std::ptrdiff_t>(pairs), sums.end(), query_norms);
 }
 
 }  // namespace
 
-void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                       double* out) {
-  blocked_reduce<true>(rows, nrows, dim, x, out);
+void squared_distances(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                       std::span<const float* const> queries, double* out,
+                       double* query_squared_norms) {
+  all_pairs<true>(pool, rows, nrows, dim, queries, out, query_squared_norms);
 }
 
-void inner_products(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                    double* out) {
-  blocked_reduce<false>(rows, nrows, dim, x, out);
+void inner_products(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                    std::span<const float* const> queries, double* out) {
+  all_pairs<false>(pool, rows, nrows, dim, queries, out, nullptr);
 }
 
-void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const double* weights,
-                  float* out) {
+void weighted_sum(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                  const double* weights, float* out) {
   std::array<float, kMaxRowsOnStack> w_small{};
   std::vector<float> w_large;
   float* w = w_small.data();
@@ -99,36 +161,101 @@ void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const d
     w = w_large.data();
   }
   for (std::size_t j = 0; j < nrows; ++j) w[j] = static_cast<float>(weights[j]);
-  for (std::size_t begin = 0; begin < dim; begin += kBlock) {
-    const std::size_t len = std::min(kBlock, dim - begin);
-    float* __restrict o = out + begin;
-    std::fill(o, o + len, 0.0f);
-    std::size_t j = 0;
-    for (; j + kRows <= nrows; j += kRows) {
-      const float* __restrict r0 = rows + j * dim + begin;
-      const float* __restrict r1 = r0 + dim;
-      const float* __restrict r2 = r1 + dim;
-      const float* __restrict r3 = r2 + dim;
-      const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
-      for (std::size_t i = 0; i < len; ++i)
-        o[i] += (w0 * r0[i] + w1 * r1[i]) + (w2 * r2[i] + w3 * r3[i]);
+  const std::size_t bytes_per_block = (nrows + 1) * kBlock * sizeof(float);
+  pool.for_blocks(block_count(dim), bytes_per_block, [&](std::size_t first, std::size_t last) {
+    for (std::size_t b = first; b < last; ++b) {
+      const std::size_t begin = b * kBlock;
+      const std::size_t len = block_length(b, dim);
+      float* __restrict o = out + begin;
+      std::fill(o, o + len, 0.0f);
+      std::size_t j = 0;
+      for (; j + kRows <= nrows; j += kRows) {
+        const float* __restrict r0 = rows + j * dim + begin;
+        const float* __restrict r1 = r0 + dim;
+        const float* __restrict r2 = r1 + dim;
+        const float* __restrict r3 = r2 + dim;
+        const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+        for (std::size_t i = 0; i < len; ++i)
+          o[i] += (w0 * r0[i] + w1 * r1[i]) + (w2 * r2[i] + w3 * r3[i]);
+      }
+      for (; j < nrows; ++j) {
+        const float* __restrict r = rows + j * dim + begin;
+        const float wj = w[j];
+        for (std::size_t i = 0; i < len; ++i) o[i] += wj * r[i];
+      }
     }
-    for (; j < nrows; ++j) {
-      const float* __restrict r = rows + j * dim + begin;
-      const float wj = w[j];
-      for (std::size_t i = 0; i < len; ++i) o[i] += wj * r[i];
+  });
+}
+
+double dot(const BlockPool& pool, const float* a, const float* b, std::size_t dim) {
+  const std::size_t blocks = block_count(dim);
+  double* partial = partials(blocks, 1);
+  pool.for_blocks(blocks, 2 * kBlock * sizeof(float), [&](std::size_t first, std::size_t last) {
+    for (std::size_t k = first; k < last; ++k) {
+      const std::size_t begin = k * kBlock;
+      partial[k] = block_dot(a + begin, b + begin, block_length(k, dim));
     }
-  }
+  });
+  double sum = 0.0;
+  sum_blocks(partial, blocks, 1, &sum);
+  return sum;
+}
+
+PairStatistics pair_statistics(const BlockPool& pool, const float* a, const float* b,
+                               std::size_t dim) {
+  const std::size_t blocks = block_count(dim);
+  constexpr std::size_t kOutputs = 4;
+  double* partial = partials(blocks, kOutputs);
+  pool.for_blocks(blocks, 2 * kBlock * sizeof(float), [&](std::size_t first, std::size_t last) {
+    for (std::size_t k = first; k < last; ++k) {
+      const std::size_t begin = k * kBlock;
+      const std::size_t len = block_length(k, dim);
+      double* p = partial + k * kOutputs;
+      p[0] = block_dot(a + begin, a + begin, len);
+      p[1] = block_dot(a + begin, b + begin, len);
+      p[2] = block_dot(b + begin, b + begin, len);
+      const float* row = a + begin;
+      block_rows<true, 1>(&row, b + begin, len, p + 3);
+    }
+  });
+  std::array<double, kOutputs> sums{};
+  sum_blocks(partial, blocks, kOutputs, sums.data());
+  return {sums[0], sums[1], sums[2], sums[3]};
+}
+
+bool all_within_bound(const BlockPool& pool, const float* values, std::size_t n, float bound) {
+  const std::size_t blocks = block_count(n);
+  std::vector<char> ok(blocks, 1);
+  pool.for_blocks(blocks, kBlock * sizeof(float), [&](std::size_t first, std::size_t last) {
+    for (std::size_t k = first; k < last; ++k) {
+      const float* v = values + k * kBlock;
+      const std::size_t len = block_length(k, n);
+      // No early exit inside a block: the comparison loop vectorises; NaN compares false.
+      bool within = true;
+      for (std::size_t i = 0; i < len; ++i) within &= (v[i] <= bound) & (v[i] >= -bound);
+      ok[k] = within ? 1 : 0;
+    }
+  });
+  return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+}
+
+void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
+                       double* out) {
+  squared_distances(BlockPool::serial(), rows, nrows, dim, {&x, 1}, out);
+}
+
+void inner_products(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
+                    double* out) {
+  inner_products(BlockPool::serial(), rows, nrows, dim, {&x, 1}, out);
+}
+
+void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const double* weights,
+                  float* out) {
+  weighted_sum(BlockPool::serial(), rows, nrows, dim, weights, out);
 }
 
 double dot(const float* a, const float* b, std::size_t dim) {
-  double acc = 0.0;
-  for (std::size_t begin = 0; begin < dim; begin += kBlock) {
-    const auto len = static_cast<Eigen::Index>(std::min(kBlock, dim - begin));
-    acc += Eigen::Map<const Eigen::VectorXf>(a + begin, len)
-               .dot(Eigen::Map<const Eigen::VectorXf>(b + begin, len));
-  }
-  return acc;
+  return dot(BlockPool::serial(), a, b, dim);
 }
 
 }  // namespace optex::streaming

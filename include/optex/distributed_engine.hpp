@@ -117,6 +117,10 @@ class DistributedEngine {
   // waits for every rank. Collective.
   void save(const std::string& path);
 
+  // Local, not collective: Engine::set_threads on this rank only (threads
+  // never change results, so ranks may differ).
+  void set_threads(int threads) { engine_.set_threads(threads); }
+
   // Collective: Engine::set_optimizer on every rank (a learning-rate schedule
   // step). Every rank must pass the same hyperparameters; otherwise, or when
   // one rank refuses them, every rank throws std::invalid_argument (naming

@@ -121,6 +121,12 @@ class Engine {
   // unchanged after a throw.
   void set_optimizer(const OptimizerRanges& optimizer);
 
+  // The threads of the CPU's passes over d-vectors (Options::threads: 0 for
+  // every core), at any time, even between ask() and tell(): the results do
+  // not depend on it. Throws std::invalid_argument outside [0, 1024], changing
+  // nothing. A CUDA engine's passes run on its device; the value is kept.
+  void set_threads(int threads);
+
   // Checkpoints: everything that determines the rest of the trajectory
   // (docs/DESIGN.md section 6). An empty path or one with a NUL byte throws
   // std::invalid_argument before the file system is touched.

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "optex/block_pool.hpp"
 #include "optex/covariance.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/options.hpp"
@@ -37,7 +38,9 @@ class GpGradientEstimator {
   void fit(const GradientHistory& history, double lengthscale);
 
   // Writes mu(x) into out (size dim). Requires fit() on this same history.
-  void predict(const GradientHistory& history, std::span<const float> x, std::span<float> out);
+  // Its two passes over the history run on the pool's threads.
+  void predict(const GradientHistory& history, std::span<const float> x, std::span<float> out,
+               const BlockPool& pool = BlockPool::serial());
 
   // The weights of the last predict(): mu = sum_j weights[j] * g_j.
   std::span<const double> weights() const { return {weights_.data(), fitted_size_}; }

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "optex/block_pool.hpp"
 #include "optex/history_gram.hpp"
 
 namespace optex {
@@ -24,7 +25,17 @@ class GradientHistory : public HistoryGram {
 
   // Appends a pair; once full, replaces the oldest. Sizes must equal dim()
   // and values must be finite (the engine checks; this class trusts it).
-  void push(std::span<const float> point, std::span<const float> gradient);
+  void push(std::span<const float> point, std::span<const float> gradient,
+            const BlockPool& pool = BlockPool::serial());
+
+  // Appends the pairs (points[k], gradients[k]) in order, with the same
+  // result bit for bit as push() for each, but reading the history once: all
+  // new rows of the distances (and the new squared norms) come from one pass
+  // over the points, all new rows of the gradient inner products from one
+  // pass over the gradients. Each pointer holds dim() floats; pairs beyond
+  // capacity() overwrite earlier ones as successive pushes would.
+  void push_all(std::span<const float* const> points, std::span<const float* const> gradients,
+                const BlockPool& pool = BlockPool::serial());
 
   // Replaces the whole history: the bookkeeping of `gram` (same capacity) and
   // its size() rows of points and gradients, in slot order. For checkpoints
@@ -50,8 +61,8 @@ class GradientHistory : public HistoryGram {
   std::size_t dim_;
   std::vector<float> points_;
   std::vector<float> gradients_;
-  std::vector<double> scratch_distances_;  // capacity
-  std::vector<double> scratch_inner_;      // capacity
+  std::vector<double> scratch_distances_;  // a push's new rows: pairs x capacity
+  std::vector<double> scratch_inner_;      // pairs x capacity
 };
 
 }  // namespace optex

@@ -23,6 +23,8 @@
 
 namespace optex {
 
+class BlockPool;
+
 struct OptimizerRange {
   std::size_t size = 0;  // coordinates: the range follows the one before it
   Optimizer optimizer;
@@ -96,6 +98,10 @@ void check_step_offsets(const OptimizerRanges& ranges, std::int64_t state_step);
 // before anything is written). Advances s.step once.
 void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
                 std::span<const float> g);
+// The same update with its coordinates in blocks on the pool's threads: the
+// same bits on any number of threads.
+void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                std::span<const float> g, const BlockPool& pool);
 
 inline OptimizerState init_state(const OptimizerRanges& ranges, std::size_t dim) {
   return zero_state(ranges.state_slots(), dim);

@@ -124,6 +124,13 @@ struct Options {
   double max_lengthscale_change = std::numeric_limits<double>::infinity();
   // Where the iterate, optimizer state, history and batch rows live.
   Device device = Device::cpu();
+  // Threads for the passes over d-vectors on the CPU (proxy steps, the
+  // history update, the commit's statistics), in [0, 1024]; 0 uses every core
+  // this process may run on. Every value gives the same results bit for bit.
+  // It describes the machine, not the run: checkpoints and the ranks'
+  // configuration agreement leave it out, and Engine::set_threads changes it.
+  // With several ranks on one machine, give each its share of the cores.
+  int threads = 0;
   // Storage of the history's points and gradients (CUDA devices only;
   // arithmetic stays fp32 / fp64). See Precision for what bf16 costs.
   Precision history_precision = Precision::fp32;

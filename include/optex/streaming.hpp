@@ -1,27 +1,63 @@
-// The memory-bound passes over the history: every proxy step and every Gram
-// update is made of these. Each walks the rows in blocks that stay in L1, so
-// the query vector is read from memory once however many rows there are.
-// Reductions sum in float within a block of 1024 elements (vectorised) and in
-// double across blocks (accurate at large d).
+// The memory-bound passes over the history: every proxy step, every Gram
+// update and every commit statistic is made of these. Each walks [0, dim) in
+// blocks of kCoordinateBlock coordinates (block_pool.hpp), on the pool's
+// threads, reading several rows side by side so the query block is read from
+// memory once however many rows there are. Reductions sum in float within a
+// block (vectorised) and in double across blocks, in block order: the results
+// are the same bit for bit on any number of threads.
+//
+// The single-query forms without a pool run on the calling thread and give
+// the same bits as the pooled ones.
 #pragma once
 
 #include <cstddef>
+#include <span>
+
+#include "optex/block_pool.hpp"
 
 namespace optex::streaming {
 
-// out[j] = ||x - rows[j]||^2 for j < nrows (rows: row-major nrows x dim).
-void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                       double* out);
+// out[q * nrows + j] = ||queries[q] - rows[j]||^2 for every query q and row
+// j < nrows (rows: row-major nrows x dim). When query_squared_norms is not
+// null it also receives ||queries[q]||^2 (equal to dot(queries[q], queries[q])),
+// read in the same pass.
+void squared_distances(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                       std::span<const float* const> queries, double* out,
+                       double* query_squared_norms = nullptr);
 
-// out[j] = <x, rows[j]> for j < nrows.
-void inner_products(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
-                    double* out);
+// out[q * nrows + j] = <queries[q], rows[j]>.
+void inner_products(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                    std::span<const float* const> queries, double* out);
 
 // out = sum_j weights[j] * rows[j].
-void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const double* weights,
-                  float* out);
+void weighted_sum(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
+                  const double* weights, float* out);
 
 // <a, b>, returned as double.
+double dot(const BlockPool& pool, const float* a, const float* b, std::size_t dim);
+
+// Everything the commit reports about a predicted gradient a next to the
+// evaluated one b, in one pass: <a, a>, <a, b>, <b, b> (each equal to dot())
+// and ||a - b||^2 (equal to squared_distances with a as the row).
+struct PairStatistics {
+  double aa = 0.0;
+  double ab = 0.0;
+  double bb = 0.0;
+  double squared_distance = 0.0;
+};
+PairStatistics pair_statistics(const BlockPool& pool, const float* a, const float* b,
+                               std::size_t dim);
+
+// Whether every value is finite and at most `bound` in magnitude.
+bool all_within_bound(const BlockPool& pool, const float* values, std::size_t n, float bound);
+
+// The single-query passes on the calling thread.
+void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
+                       double* out);
+void inner_products(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
+                    double* out);
+void weighted_sum(const float* rows, std::size_t nrows, std::size_t dim, const double* weights,
+                  float* out);
 double dot(const float* a, const float* b, std::size_t dim);
 
 }  // namespace optex::streaming

@@ -113,6 +113,9 @@ class EngineBackend {
   // New hyperparameters for the steps to come, sized for dim(); the caller
   // checked that the ranges and the state layout are unchanged.
   virtual void set_optimizer(const OptimizerRanges& optimizer) = 0;
+  // The threads of the host's passes over d-vectors (Options::threads, checked
+  // by the caller). A device backend's passes run on the device: nothing to do.
+  virtual void set_threads(int /*threads*/) {}
 
   // Replaces optimizer state and history wholesale (checkpoint restore). The
   // iterate was given at construction. Sizes are the caller's to check.
