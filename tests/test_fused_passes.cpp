@@ -1,0 +1,158 @@
+// The fused passes against the unfused ones they replace, bit for bit
+// (DESIGN.md, "A round's passes"): all new rows of the history's statistics
+// from one pass over the points and one over the gradients, several queries
+// per pass, and a prediction's four statistics from one pass over the pair.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "engine_equality.hpp"
+#include "optex/block_pool.hpp"
+#include "optex/gradient_history.hpp"
+#include "optex/streaming.hpp"
+
+namespace {
+
+using optex::BlockPool;
+using optex::GradientHistory;
+using optex::test::BitEqual;
+using optex::test::SameBits;
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& e : v) e = u(rng);
+  return v;
+}
+
+// Dimensions below a block, across block boundaries, and split over threads.
+class FusedDim : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(FusedDim, SeveralQueriesInOnePassEqualOnePassPerQuery) {
+  const std::size_t dim = GetParam();
+  constexpr std::size_t kRows = 6;
+  const std::vector<float> rows = random_floats(kRows * dim, 1);
+  std::vector<std::vector<float>> queries;
+  std::vector<const float*> pointers;
+  for (unsigned q = 0; q < 3; ++q) {
+    queries.push_back(random_floats(dim, 10 + q));
+    pointers.push_back(queries.back().data());
+  }
+  const BlockPool pool(3);
+  std::vector<double> distances(3 * kRows), inner(3 * kRows), norms(3);
+  optex::streaming::squared_distances(pool, rows.data(), kRows, dim, pointers, distances.data(),
+                                      norms.data());
+  optex::streaming::inner_products(pool, rows.data(), kRows, dim, pointers, inner.data());
+  for (std::size_t q = 0; q < 3; ++q) {
+    std::vector<double> one_distances(kRows), one_inner(kRows);
+    optex::streaming::squared_distances(rows.data(), kRows, dim, pointers[q], one_distances.data());
+    optex::streaming::inner_products(rows.data(), kRows, dim, pointers[q], one_inner.data());
+    for (std::size_t j = 0; j < kRows; ++j) {
+      EXPECT_TRUE(SameBits(distances[q * kRows + j], one_distances[j])) << q << ", " << j;
+      EXPECT_TRUE(SameBits(inner[q * kRows + j], one_inner[j])) << q << ", " << j;
+    }
+    EXPECT_TRUE(SameBits(norms[q], optex::streaming::dot(pointers[q], pointers[q], dim))) << q;
+  }
+}
+
+TEST_P(FusedDim, APairsStatisticsFromOnePassEqualFourPasses) {
+  const std::size_t dim = GetParam();
+  const std::vector<float> a = random_floats(dim, 2);
+  const std::vector<float> b = random_floats(dim, 3);
+  const auto s = optex::streaming::pair_statistics(BlockPool(2), a.data(), b.data(), dim);
+  double squared = 0.0;
+  optex::streaming::squared_distances(a.data(), 1, dim, b.data(), &squared);
+  EXPECT_TRUE(SameBits(s.aa, optex::streaming::dot(a.data(), a.data(), dim)));
+  EXPECT_TRUE(SameBits(s.ab, optex::streaming::dot(a.data(), b.data(), dim)));
+  EXPECT_TRUE(SameBits(s.bb, optex::streaming::dot(b.data(), b.data(), dim)));
+  EXPECT_TRUE(SameBits(s.squared_distance, squared));
+}
+
+// Everything two histories hold: ring position, version, rows and statistics.
+::testing::AssertionResult SameHistory(const GradientHistory& a, const GradientHistory& b) {
+  if (a.size() != b.size() || a.next_slot() != b.next_slot() || a.version() != b.version()) {
+    return ::testing::AssertionFailure() << "size, next slot or version";
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!SameBits(a.squared_norm(i), b.squared_norm(i)))
+      return ::testing::AssertionFailure() << "squared norm " << i;
+    if (!BitEqual(a.point(i), b.point(i)) || !BitEqual(a.gradient(i), b.gradient(i)))
+      return ::testing::AssertionFailure() << "row " << i;
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      if (i == j) continue;
+      if (!SameBits(a.squared_distance(i, j), b.squared_distance(i, j)) ||
+          !SameBits(a.gradient_inner(i, j), b.gradient_inner(i, j))) {
+        return ::testing::AssertionFailure() << "statistics (" << i << ", " << j << ")";
+      }
+    }
+    if (!SameBits(a.gradient_inner(i, i), b.gradient_inner(i, i)))
+      return ::testing::AssertionFailure() << "gradient norm " << i;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Pushes `before` pairs one at a time into both, then `count` more: one at a
+// time into `one`, all at once into `fused`.
+void PushBoth(GradientHistory& one, GradientHistory& fused, std::size_t before, std::size_t count,
+              unsigned seed) {
+  const std::size_t dim = one.dim();
+  for (std::size_t k = 0; k < before; ++k) {
+    const auto x = random_floats(dim, seed + 100 + static_cast<unsigned>(k));
+    const auto g = random_floats(dim, seed + 200 + static_cast<unsigned>(k));
+    one.push(x, g);
+    fused.push(x, g);
+  }
+  std::vector<std::vector<float>> xs, gs;
+  std::vector<const float*> xp, gp;
+  for (std::size_t k = 0; k < count; ++k) {
+    xs.push_back(random_floats(dim, seed + 300 + static_cast<unsigned>(k)));
+    gs.push_back(random_floats(dim, seed + 400 + static_cast<unsigned>(k)));
+  }
+  for (std::size_t k = 0; k < count; ++k) {
+    one.push(xs[k], gs[k]);
+    xp.push_back(xs[k].data());
+    gp.push_back(gs[k].data());
+  }
+  fused.push_all(xp, gp, BlockPool(3));
+}
+
+TEST_P(FusedDim, PushingAllPairsAtOnceEqualsPushingThemOneByOne) {
+  const std::size_t dim = GetParam();
+  struct Case {
+    std::size_t capacity, before, count;
+  };
+  // Into an empty ring, a partly full one, across the wrap, and more pairs than
+  // the ring holds (the first ones are overwritten within the same push).
+  for (const Case c : {Case{5, 0, 3}, Case{8, 2, 4}, Case{5, 4, 4}, Case{3, 1, 5}, Case{4, 4, 4}}) {
+    GradientHistory one(c.capacity, dim);
+    GradientHistory fused(c.capacity, dim);
+    PushBoth(one, fused, c.before, c.count, static_cast<unsigned>(c.capacity * 10 + c.before));
+    EXPECT_TRUE(SameHistory(one, fused))
+        << "capacity " << c.capacity << ", " << c.before << " before, " << c.count << " at once";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, FusedDim, ::testing::Values(1, 1023, 4096, 9001, 300007));
+
+TEST(FusedPush, NoPairsChangesNothingAndMismatchedListsAreRefusedBeforeAnyWrite) {
+  GradientHistory history(4, 16);
+  const auto x = random_floats(16, 1);
+  const auto g = random_floats(16, 2);
+  history.push(x, g);
+  GradientHistory before = history;
+  history.push_all({}, {});
+  EXPECT_TRUE(SameHistory(history, before));
+  const std::vector<const float*> two = {x.data(), x.data()};
+  const std::vector<const float*> one = {g.data()};
+  EXPECT_THROW(history.push_all(two, one), std::invalid_argument);
+  EXPECT_TRUE(SameHistory(history, before));
+  EXPECT_THROW(history.push(std::span<const float>(x.data(), 15), g), std::invalid_argument);
+  EXPECT_TRUE(SameHistory(history, before));
+}
+
+}  // namespace
