@@ -213,6 +213,7 @@ class Options:
     trust_region: float
     max_lengthscale_change: float
     device: _DeviceName
+    threads: int  # 0: every core; never changes results, not stored in checkpoints
     history_precision: _PrecisionName
     def __init__(
         self,
@@ -236,6 +237,7 @@ class Options:
         trust_region: float = ...,  # inf
         max_lengthscale_change: float = ...,  # inf
         device: _DeviceName = "cpu",
+        threads: int = 0,
         history_precision: _PrecisionName = "fp32",
     ) -> None: ...
     @staticmethod
@@ -358,6 +360,7 @@ class OptEx:
         trust_region: float = ...,
         max_lengthscale_change: float = ...,
         device: _DeviceName = ...,
+        threads: int = ...,
         history_precision: _PrecisionName = ...,
     ) -> None: ...
     def ask(self) -> NDArray[np.float32]: ...
@@ -371,6 +374,7 @@ class OptEx:
         self, losses: ArrayLike, *, drop_nonfinite: bool = False, unchanged: ArrayLike | None = None
     ) -> IterationInfo: ...
     def set_optimizer(self, optimizer: _Optimizer | _OptimizerRanges) -> None: ...
+    def set_threads(self, threads: int) -> None: ...
     def set_gradient_oracle(
         self, fn: Callable[[NDArray[np.float32]], tuple[float, ArrayLike]] | None
     ) -> None: ...

@@ -584,6 +584,18 @@ setting. RuntimeError between ask() and tell(). The engine is unchanged after
 any error. Checkpoints store the values in force.
 )doc");
   cls.def(
+      "set_threads",
+      [](PyOptEx& self, int threads) {
+        PyOptEx::Exclusive busy(self, "set_threads");
+        self.engine().set_threads(threads);
+      },
+      py::arg("threads"), R"doc(set_threads(self, threads: int) -> None
+
+The threads of the CPU's passes over d-vectors (Options.threads; 0: every
+core), at any time, also between ask() and tell(): results do not depend on
+it. ValueError outside [0, 1024], changing nothing.
+)doc");
+  cls.def(
       "save",
       [](PyOptEx& self, py::handle path) {
         const std::string p = fspath(path);

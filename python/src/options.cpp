@@ -121,7 +121,7 @@ struct Field {
   const char* doc;
 };
 
-const std::array<Field, 20> kFields{{
+const std::array<Field, 21> kFields{{
     {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
      [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
      "N: points evaluated per iteration, one per worker, in [1, 65536]."},
@@ -211,6 +211,11 @@ const std::array<Field, 20> kFields{{
      [](Options& o, py::handle v) { o.device = parse_device("device", to_string(v, "device")); },
      "Where the iterate, optimizer state, history and batch rows live: 'cpu', 'cuda' or "
      "'cuda:<index>' (read back as 'cpu' or 'cuda:<index>')."},
+    {"threads", "int", [](const Options& o) -> py::object { return py::int_(o.threads); },
+     [](Options& o, py::handle v) { o.threads = to_int(v, "threads"); },
+     "Threads for the CPU's passes over d-vectors (proxy steps, history update, commit "
+     "statistics), in [0, 1024]; 0: every core this process may run on. Results are the same "
+     "bit for bit for every value; checkpoints do not store it (OptEx.set_threads changes it)."},
     {"history_precision", "str",
      [](const Options& o) -> py::object { return py::str(name_of(o.history_precision)); },
      [](Options& o, py::handle v) {

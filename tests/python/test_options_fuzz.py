@@ -73,6 +73,7 @@ FIELDS: dict[str, st.SearchStrategy] = {
     "trust_region": FLOATS,
     "max_lengthscale_change": st.one_of(FLOATS, st.sampled_from([1.0, 1.0 - 1e-16, 0.999, 1.5])),
     "device": names("cpu", "cuda", "cuda:0", "cuda:1", "cuda:-1", "gpu"),
+    "threads": small_ints(0, 1024),
     "history_precision": names("fp32", "bf16", "bf16_gradients", "fp16"),
 }
 

@@ -34,6 +34,7 @@ OPTION_FIELDS = {
     "trust_region": math.inf,
     "max_lengthscale_change": math.inf,
     "device": "cpu",
+    "threads": 0,
     "history_precision": "fp32",
 }
 
