@@ -2,14 +2,20 @@
 //
 // DESIGN.md section 4: a proxy step and a Gram update are memory-bound passes
 // over the history, so the figure of merit is bytes moved per second, compared
-// with the triad measured in the same process at the same d.
+// with the triad measured in the same process at the same d and on the same
+// threads. Every benchmark takes a thread count (the last argument): 1 and
+// every core of the machine; the passes and the triad run on one BlockPool.
 //
 //   BM_Triad      a[i] = b[i] + s * c[i] over float arrays of d.
 //   BM_ProxyStep  GpGradientEstimator::predict on a full history of T0 pairs,
 //                 then one optex::Adam step with the predicted gradient (what
 //                 Engine::ask() does per proxy step, minus its row copy).
-//   BM_Fit        N = 4 GradientHistory::push into a full history (incremental
-//                 Gram update), then GpGradientEstimator::fit.
+//   BM_Fit        N = 4 pairs into a full history with GradientHistory::push_all
+//                 (one pass over the points and one over the gradients for
+//                 all of them), then GpGradientEstimator::fit.
+//   BM_FitOnePairAtATime
+//                 the same with N successive push() calls: the unfused passes
+//                 push_all replaces, side by side with it.
 //   BM_OptimizerStep/<name>
 //                 one plain optex::apply_step of every base optimizer (by its
 //                 optimizer_from_name name, with its defaults): the
@@ -23,22 +29,24 @@
 //                                   mu and write x, m, v (7 d)
 //   step   (3 + 2 k) d              read x and g, write x; read and write the
 //                                   optimizer's k state slots
-//   fit    N (2 T0 + 5) d           per push: read the new point and gradient and
-//                                   write them into the slot (4 d), read X (T0 d,
-//                                   the new row is one of the rows) for the
-//                                   distances, read the new row for ||x||^2 (d),
-//                                   read G (T0 d) for the inner products; fit
-//                                   itself is T0 x T0 and counted as 0 bytes.
+//   fit    (2 T0 + 6 N) d           push_all: read the N new points and gradients
+//                                   and write them into their slots (4 N d), read
+//                                   X (T0 d) and the N queries (N d, their norms in
+//                                   the same pass), read G (T0 d) and the N
+//                                   queries (N d); fit itself is T0 x T0 and
+//                                   counted as 0 bytes
+//   fit, one pair at a time
+//          N (2 T0 + 5) d           per push: 4 d of copies, X (T0 d) and the
+//                                   query (d), its norm (d), G (T0 d).
 //
 // Counters: bytes_per_second (SetBytesProcessed, over the benchmark's real
-// time); triad_ratio = step bandwidth / BM_Triad's bandwidth at the same d
-// (BM_Triad runs first; at d <= 1e6 its 3 d floats fit in the 32 MiB L3, the
-// history does not); paired_triad_ratio = step bandwidth / bandwidth of one
-// untimed triad pass over d floats run before every measured step, each from
-// its fastest iteration in thread CPU time, so on a shared machine both see the
-// same load, time slices lost to other processes drop out, and the triad's
-// arrays have been evicted by the step, as the step's have. Reported times are
-// wall-clock (UseRealTime).
+// time); triad_ratio = step bandwidth / BM_Triad's bandwidth at the same d and
+// threads (BM_Triad runs first; at d <= 1e6 its 3 d floats fit in the 32 MiB
+// L3, the history does not); paired_triad_ratio = step bandwidth / bandwidth of
+// one untimed triad pass over d floats on the same threads, run before every
+// measured step, each from its fastest iteration in wall time, so on a shared
+// machine both see the same load and the triad's arrays have been evicted by
+// the step, as the step's have. Reported times are wall-clock (UseRealTime).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -54,6 +62,7 @@
 #include <vector>
 
 #include "optex/adam.hpp"
+#include "optex/block_pool.hpp"
 #include "optex/covariance.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
@@ -70,21 +79,39 @@ constexpr std::int64_t kHistories[] = {8, 32, 64};
 constexpr std::size_t kNewPairs = 4;  // N of BM_Fit
 constexpr double kFloat = sizeof(float);
 
-// Triad bandwidth in bytes per second of the last (final) run at each d.
-std::map<std::int64_t, double>& triad_bandwidth() {
-  static std::map<std::int64_t, double> bw;
+// Triad bandwidth in bytes per second of the last (final) run at each (d, threads).
+std::map<std::pair<std::int64_t, int>, double>& triad_bandwidth() {
+  static std::map<std::pair<std::int64_t, int>, double> bw;
   return bw;
+}
+
+// One pool per thread count, kept for the whole run (its workers start once).
+const optex::BlockPool& pool(int threads) {
+  static std::map<int, std::unique_ptr<optex::BlockPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<optex::BlockPool>(threads);
+  return *p;
 }
 
 void fill_uniform(std::span<float> v, optex::SplitMix64& rng) {
   for (float& e : v) e = static_cast<float>(rng.uniform(-1.0, 1.0));
 }
 
-// The triad kernel, shared by BM_Triad and the paired passes. The stores must
-// happen every call: the caller escapes `a` and clobbers memory afterwards.
-void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
+// The triad kernel, shared by BM_Triad and the paired passes, over the pool's
+// threads in the passes' blocks. The stores must happen every call: the caller
+// escapes `a` and clobbers memory afterwards.
+void triad_range(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
+                 std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+}
+
+void triad(const optex::BlockPool& threads, float* a, const float* b, const float* c, float s,
            std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+  threads.for_blocks(optex::block_count(n), 3 * optex::kCoordinateBlock * sizeof(float),
+                     [&](std::size_t first, std::size_t last) {
+                       triad_range(a, b, c, s, first * optex::kCoordinateBlock,
+                                   std::min(last * optex::kCoordinateBlock, n));
+                     });
   benchmark::DoNotOptimize(a);
   benchmark::ClobberMemory();
 }
@@ -98,7 +125,9 @@ struct TriadArrays {
     fill_uniform(c, rng);
     benchmark::DoNotOptimize(s);  // the scalar is opaque: no constant folding
   }
-  void run() { triad(a.data(), b.data(), c.data(), s, a.size()); }
+  void run(const optex::BlockPool& threads) {
+    triad(threads, a.data(), b.data(), c.data(), s, a.size());
+  }
 };
 
 using Clock = std::chrono::steady_clock;
@@ -140,12 +169,17 @@ struct Setup {
         new_gradients(kNewPairs * dim),
         paired(dim) {
     optex::SplitMix64 rng(0x5eed'0000 + dim * 131 + capacity);
-    std::vector<float> p(dim);
-    std::vector<float> g(dim);
-    for (std::size_t j = 0; j < capacity; ++j) {
-      fill_uniform(p, rng);
-      fill_uniform(g, rng);
-      history.push(p, g);
+    // In chunks of up to kNewPairs pairs, each chunk in one pass.
+    for (std::size_t j = 0; j < capacity; j += kNewPairs) {
+      const std::size_t count = std::min(kNewPairs, capacity - j);
+      std::vector<const float*> ps, gs;
+      for (std::size_t k = 0; k < count; ++k) {
+        fill_uniform({new_points.data() + k * dim, dim}, rng);
+        fill_uniform({new_gradients.data() + k * dim, dim}, rng);
+        ps.push_back(new_points.data() + k * dim);
+        gs.push_back(new_gradients.data() + k * dim);
+      }
+      history.push_all(ps, gs, pool(0));
     }
     fill_uniform(x, rng);
     fill_uniform(new_points, rng);
@@ -163,92 +197,113 @@ Setup& setup(std::size_t d, std::size_t t0) {
   return *current;
 }
 
-// CPU time of this thread: unlike wall time it does not advance while other
-// processes hold the core, which on a shared 2-core machine is most of the noise.
-double thread_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Runs `step` once per benchmark iteration, each preceded by one untimed
 // (PauseTiming) triad pass over d floats, then sets the counters:
 //   triad_ratio         step bandwidth / BM_Triad's bandwidth at the same d, both
 //                       in mean wall time (needs BM_Triad at that d earlier in
 //                       this process)
 //   paired_triad_ratio  step bandwidth / triad bandwidth, each from its fastest
-//                       iteration in thread CPU time: the triad passes run
-//                       between the steps, under the same load and from the same
-//                       cache state (the step has evicted the triad's arrays),
-//                       and time slices lost to other processes drop out
+//                       iteration in wall time: the triad passes run between
+//                       the steps, on the same threads, under the same load and
+//                       from the same cache state (the step has evicted the
+//                       triad's arrays)
 // Step bandwidth for bytes_per_second and triad_ratio = bytes_per_iteration *
 // iterations / (sum of the step wall times).
 template <class Step>
-void run_paired(benchmark::State& state, std::size_t d, TriadArrays& paired,
+void run_paired(benchmark::State& state, std::size_t d, int threads, TriadArrays& paired,
                 double bytes_per_iteration, Step step) {
   double step_wall = 0.0;
-  double step_cpu_min = std::numeric_limits<double>::infinity();
-  double triad_cpu_min = std::numeric_limits<double>::infinity();
+  double step_min = std::numeric_limits<double>::infinity();
+  double triad_min = std::numeric_limits<double>::infinity();
   for (auto _ : state) {
     state.PauseTiming();
-    const double c0 = thread_seconds();
-    paired.run();
-    triad_cpu_min = std::min(triad_cpu_min, thread_seconds() - c0);
+    const auto w0 = Clock::now();
+    paired.run(pool(threads));
+    triad_min = std::min(triad_min, seconds_since(w0));
     state.ResumeTiming();
     const auto w1 = Clock::now();
-    const double c1 = thread_seconds();
     step();
-    step_cpu_min = std::min(step_cpu_min, thread_seconds() - c1);
-    step_wall += seconds_since(w1);
+    const double took = seconds_since(w1);
+    step_min = std::min(step_min, took);
+    step_wall += took;
   }
   const double moved = bytes_per_iteration * static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<std::int64_t>(moved));
-  if (const auto it = triad_bandwidth().find(static_cast<std::int64_t>(d));
+  if (const auto it = triad_bandwidth().find({static_cast<std::int64_t>(d), threads});
       it != triad_bandwidth().end()) {
     state.counters["triad_ratio"] = moved / step_wall / it->second;
   }
   const double triad_bytes = 3.0 * kFloat * static_cast<double>(d);
   state.counters["paired_triad_ratio"] =
-      (bytes_per_iteration / step_cpu_min) / (triad_bytes / triad_cpu_min);
+      (bytes_per_iteration / step_min) / (triad_bytes / triad_min);
+  state.counters["threads"] = threads;
 }
 
 void BM_Triad(benchmark::State& state) {
   const std::int64_t d = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
   TriadArrays t(static_cast<std::size_t>(d));
   const double bytes = 3.0 * kFloat * static_cast<double>(d);
   const auto start = Clock::now();
-  for (auto _ : state) t.run();
+  for (auto _ : state) t.run(pool(threads));
   const double moved = bytes * static_cast<double>(state.iterations());
-  triad_bandwidth()[d] = moved / seconds_since(start);  // the final run's figure is kept
+  triad_bandwidth()[{d, threads}] = moved / seconds_since(start);  // the final run's figure is kept
   state.SetBytesProcessed(static_cast<std::int64_t>(moved));
 }
 
 void BM_ProxyStep(benchmark::State& state) {
   Setup& s =
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
+  const int threads = static_cast<int>(state.range(2));
   s.estimator.fit(s.history, s.lengthscale);  // BM_Fit may have pushed since
   const double bytes = (2.0 * static_cast<double>(s.t0) + 9.0) * kFloat * static_cast<double>(s.d);
-  run_paired(state, s.d, s.paired, bytes, [&s] {
-    s.estimator.predict(s.history, s.x, s.mu);
-    optex::apply_step(s.adam, s.x, s.state, s.mu);
+  const optex::OptimizerRanges adam = optex::OptimizerRanges(s.adam).for_dimension(s.d);
+  run_paired(state, s.d, threads, s.paired, bytes, [&s, &adam, threads] {
+    s.estimator.predict(s.history, s.x, s.mu, pool(threads));
+    optex::apply_step(adam, s.x, s.state, s.mu, pool(threads));
     float* x = s.x.data();  // an lvalue: the non-const DoNotOptimize overload
     benchmark::DoNotOptimize(x);
     benchmark::ClobberMemory();
   });
 }
 
+// Distinct points every push (O(1)), so no two history points coincide.
+float* fresh_point(Setup& s, std::size_t i) {
+  float* p = s.new_points.data() + i * s.d;
+  p[0] = static_cast<float>(static_cast<double>(++s.pushes) * 1e-3);
+  return p;
+}
+
 void BM_Fit(benchmark::State& state) {
   Setup& s =
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
+  const int threads = static_cast<int>(state.range(2));
+  const double bytes = (2.0 * static_cast<double>(s.t0) + 6.0 * static_cast<double>(kNewPairs)) *
+                       kFloat * static_cast<double>(s.d);
+  run_paired(state, s.d, threads, s.paired, bytes, [&s, threads] {
+    std::vector<const float*> points, gradients;
+    for (std::size_t i = 0; i < kNewPairs; ++i) {
+      points.push_back(fresh_point(s, i));
+      gradients.push_back(s.new_gradients.data() + i * s.d);
+    }
+    s.history.push_all(points, gradients, pool(threads));
+    s.estimator.fit(s.history, s.lengthscale);
+    double jitter = s.estimator.jitter();
+    benchmark::DoNotOptimize(jitter);
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_FitOnePairAtATime(benchmark::State& state) {
+  Setup& s =
+      setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
+  const int threads = static_cast<int>(state.range(2));
   const std::size_t n = s.d;
   const double bytes = static_cast<double>(kNewPairs) * (2.0 * static_cast<double>(s.t0) + 5.0) *
                        kFloat * static_cast<double>(n);
-  run_paired(state, s.d, s.paired, bytes, [&s, n] {
+  run_paired(state, s.d, threads, s.paired, bytes, [&s, n, threads] {
     for (std::size_t i = 0; i < kNewPairs; ++i) {
-      float* p = s.new_points.data() + i * n;
-      // Distinct points every push (O(1)), so no two history points coincide.
-      p[0] = static_cast<float>(static_cast<double>(++s.pushes) * 1e-3);
-      s.history.push({p, n}, {s.new_gradients.data() + i * n, n});
+      s.history.push({fresh_point(s, i), n}, {s.new_gradients.data() + i * n, n}, pool(threads));
     }
     s.estimator.fit(s.history, s.lengthscale);
     double jitter = s.estimator.jitter();
@@ -261,6 +316,7 @@ void BM_Fit(benchmark::State& state) {
 // others (its own arrays: the Setup's history is not needed).
 void BM_OptimizerStep(benchmark::State& state, const optex::Optimizer& optimizer) {
   const auto d = static_cast<std::size_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
   const optex::OptimizerRanges ranges = optex::OptimizerRanges(optimizer).for_dimension(d);
   optex::SplitMix64 rng(0x57e9 + d);
   std::vector<float> x(d);
@@ -271,8 +327,8 @@ void BM_OptimizerStep(benchmark::State& state, const optex::Optimizer& optimizer
   TriadArrays paired(d);
   const double bytes = (3.0 + 2.0 * static_cast<double>(ranges.state_slots().count())) * kFloat *
                        static_cast<double>(d);
-  run_paired(state, d, paired, bytes, [&] {
-    optex::apply_step(ranges, x, s, g);
+  run_paired(state, d, threads, paired, bytes, [&] {
+    optex::apply_step(ranges, x, s, g, pool(threads));
     float* xp = x.data();  // an lvalue: the non-const DoNotOptimize overload
     benchmark::DoNotOptimize(xp);
     benchmark::ClobberMemory();
@@ -294,11 +350,18 @@ void configure(benchmark::internal::Benchmark* b, double bytes_per_iteration) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // 1 thread and every core (once when the machine has one).
+  std::vector<std::int64_t> thread_counts = {1};
+  if (optex::available_cores() > 1) thread_counts.push_back(optex::available_cores());
   // Registration order is run order: every triad first (the ratios need it),
-  // then for each (d, T0) the proxy step and the fit, which share one history.
+  // then for each (d, T0) the proxy step and the fits, which share one history.
   for (const std::int64_t d : kDims) {
-    auto* b = benchmark::RegisterBenchmark("BM_Triad", BM_Triad)->Arg(d)->ArgName("d");
-    configure(b, 3.0 * kFloat * static_cast<double>(d));
+    for (const std::int64_t t : thread_counts) {
+      auto* b = benchmark::RegisterBenchmark("BM_Triad", BM_Triad)
+                    ->Args({d, t})
+                    ->ArgNames({"d", "threads"});
+      configure(b, 3.0 * kFloat * static_cast<double>(d));
+    }
   }
   std::string names = optex::optimizer_names();
   for (std::size_t begin = 0; begin < names.size();) {
@@ -306,24 +369,34 @@ int main(int argc, char** argv) {
     const std::string name = names.substr(begin, end - begin);
     begin = end + 2;
     for (const std::int64_t d : {std::int64_t{100'000}, std::int64_t{1'000'000}}) {
-      auto* b = benchmark::RegisterBenchmark(("BM_OptimizerStep/" + name).c_str(), BM_OptimizerStep,
-                                             optex::optimizer_from_name(name))
-                    ->Arg(d)
-                    ->ArgName("d");
-      configure(b, 7.0 * kFloat * static_cast<double>(d));
+      for (const std::int64_t t : thread_counts) {
+        auto* b = benchmark::RegisterBenchmark(("BM_OptimizerStep/" + name).c_str(),
+                                               BM_OptimizerStep, optex::optimizer_from_name(name))
+                      ->Args({d, t})
+                      ->ArgNames({"d", "threads"});
+        configure(b, 7.0 * kFloat * static_cast<double>(d));
+      }
     }
   }
   for (const std::int64_t d : kDims) {
     for (const std::int64_t t0 : kHistories) {
       const double dd = static_cast<double>(d);
       const double tt = static_cast<double>(t0);
-      auto* p = benchmark::RegisterBenchmark("BM_ProxyStep", BM_ProxyStep)
-                    ->Args({d, t0})
-                    ->ArgNames({"d", "T0"});
-      configure(p, (2.0 * tt + 9.0) * kFloat * dd);
-      auto* f =
-          benchmark::RegisterBenchmark("BM_Fit", BM_Fit)->Args({d, t0})->ArgNames({"d", "T0"});
-      configure(f, static_cast<double>(kNewPairs) * (2.0 * tt + 5.0) * kFloat * dd);
+      const double n = static_cast<double>(kNewPairs);
+      for (const std::int64_t t : thread_counts) {
+        auto* p = benchmark::RegisterBenchmark("BM_ProxyStep", BM_ProxyStep)
+                      ->Args({d, t0, t})
+                      ->ArgNames({"d", "T0", "threads"});
+        configure(p, (2.0 * tt + 9.0) * kFloat * dd);
+        auto* f = benchmark::RegisterBenchmark("BM_Fit", BM_Fit)
+                      ->Args({d, t0, t})
+                      ->ArgNames({"d", "T0", "threads"});
+        configure(f, (2.0 * tt + 6.0 * n) * kFloat * dd);
+        auto* u = benchmark::RegisterBenchmark("BM_FitOnePairAtATime", BM_FitOnePairAtATime)
+                      ->Args({d, t0, t})
+                      ->ArgNames({"d", "T0", "threads"});
+        configure(u, n * (2.0 * tt + 5.0) * kFloat * dd);
+      }
     }
   }
   benchmark::Initialize(&argc, argv);

@@ -45,17 +45,14 @@ void sum_blocks(const double* partial, std::size_t blocks, std::size_t outputs, 
   }
 }
 
-// out[q] += sum_i f(rows[q][i], x[i]) over one block, for R rows at once.
-// f(r, x) = (r - x)^2 when Diff, r * x otherwise.
+// The vectorised part of a block's reduction for R rows against one query:
+// acc0/acc1[q] += f(rows[q][i], x[i]) for i in [begin, end), two packets per
+// step. f(r, x) = (r - x)^2 when Diff, r * x otherwise.
 template <bool Diff, std::size_t R>
-void block_rows(const float* const* r, const float* x, std::size_t len, double* out) {
+void accumulate_rows(const float* const* r, const float* x, std::size_t begin, std::size_t end,
+                     Packet* acc0, Packet* acc1) {
   using namespace Eigen::internal;
-  Packet acc0[R];
-  Packet acc1[R];
-  for (std::size_t q = 0; q < R; ++q) acc0[q] = acc1[q] = pset1<Packet>(0.0f);
-  const std::size_t step = 2 * kLanes;
-  const std::size_t lv = len - len % step;
-  for (std::size_t i = 0; i < lv; i += step) {
+  for (std::size_t i = begin; i < end; i += 2 * kLanes) {
     const Packet x0 = ploadu<Packet>(x + i);
     const Packet x1 = ploadu<Packet>(x + i + kLanes);
     for (std::size_t q = 0; q < R; ++q) {
@@ -72,6 +69,14 @@ void block_rows(const float* const* r, const float* x, std::size_t len, double* 
       }
     }
   }
+}
+
+// The end of a block's reduction: out[q] += the packets' sum plus the scalar
+// tail [lv, len).
+template <bool Diff, std::size_t R>
+void finish_rows(const float* const* r, const float* x, std::size_t lv, std::size_t len,
+                 const Packet* acc0, const Packet* acc1, double* out) {
+  using namespace Eigen::internal;
   for (std::size_t q = 0; q < R; ++q) {
     float s = predux(padd(acc0[q], acc1[q]));
     for (std::size_t i = lv; i < len; ++i) {
@@ -82,6 +87,21 @@ void block_rows(const float* const* r, const float* x, std::size_t len, double* 
   }
 }
 
+// The vectorised length of a block: whole steps of two packets.
+std::size_t vector_length(std::size_t len) { return len - len % (2 * kLanes); }
+
+// out[q] += sum_i f(rows[q][i], x[i]) over one block, for R rows at once.
+template <bool Diff, std::size_t R>
+void block_rows(const float* const* r, const float* x, std::size_t len, double* out) {
+  using namespace Eigen::internal;
+  Packet acc0[R];
+  Packet acc1[R];
+  for (std::size_t q = 0; q < R; ++q) acc0[q] = acc1[q] = pset1<Packet>(0.0f);
+  const std::size_t lv = vector_length(len);
+  accumulate_rows<Diff, R>(r, x, 0, lv, acc0, acc1);
+  finish_rows<Diff, R>(r, x, lv, len, acc0, acc1, out);
+}
+
 // <a, b> over one block, in float (Eigen's vectorised dot).
 double block_dot(const float* a, const float* b, std::size_t len) {
   const auto n = static_cast<Eigen::Index>(len);
@@ -90,23 +110,57 @@ double block_dot(const float* a, const float* b, std::size_t len) {
 }
 
 // Every (query, row) pair of one block. Rows go in groups of kRows in the
-// outer loop, so a group's block stays in cache while every query reads it.
+// outer loop; within a group the block is walked in slices of kSlice floats,
+// every query in turn, so a slice of the rows and of every query stays in L1
+// while all pairs read it. Each pair's accumulators run over i in order, as
+// block_rows' do: the same bits as one pass per query.
 // partial: nq x nrows values for this block.
+constexpr std::size_t kSlice = 512;
+constexpr std::size_t kMaxQueriesInSlices = 16;
+
+template <bool Diff, std::size_t R>
+void block_group(const float* const* r, std::span<const float* const> queries, std::size_t begin,
+                 std::size_t len, std::size_t nrows, double* partial) {
+  using namespace Eigen::internal;
+  const std::size_t nq = queries.size();
+  Packet acc0[kMaxQueriesInSlices][R];
+  Packet acc1[kMaxQueriesInSlices][R];
+  for (std::size_t q = 0; q < nq; ++q)
+    for (std::size_t k = 0; k < R; ++k) acc0[q][k] = acc1[q][k] = pset1<Packet>(0.0f);
+  const std::size_t lv = vector_length(len);
+  for (std::size_t slice = 0; slice < lv; slice += kSlice) {
+    const std::size_t end = std::min(slice + kSlice, lv);
+    for (std::size_t q = 0; q < nq; ++q)
+      accumulate_rows<Diff, R>(r, queries[q] + begin, slice, end, acc0[q], acc1[q]);
+  }
+  for (std::size_t q = 0; q < nq; ++q)
+    finish_rows<Diff, R>(r, queries[q] + begin, lv, len, acc0[q], acc1[q], partial + q * nrows);
+}
+
 template <bool Diff>
 void block_all_pairs(const float* rows, std::size_t nrows, std::size_t dim,
                      std::span<const float* const> queries, std::size_t begin, std::size_t len,
                      double* partial) {
   const float* r[kRows];
+  const bool sliced = queries.size() <= kMaxQueriesInSlices;
   std::size_t j = 0;
   for (; j + kRows <= nrows; j += kRows) {
     for (std::size_t q = 0; q < kRows; ++q) r[q] = rows + (j + q) * dim + begin;
-    for (std::size_t q = 0; q < queries.size(); ++q)
-      block_rows<Diff, kRows>(r, queries[q] + begin, len, partial + q * nrows + j);
+    if (sliced) {
+      block_group<Diff, kRows>(r, queries, begin, len, nrows, partial + j);
+    } else {
+      for (std::size_t q = 0; q < queries.size(); ++q)
+        block_rows<Diff, kRows>(r, queries[q] + begin, len, partial + q * nrows + j);
+    }
   }
   for (; j < nrows; ++j) {
     r[0] = rows + j * dim + begin;
-    for (std::size_t q = 0; q < queries.size(); ++q)
-      block_rows<Diff, 1>(r, queries[q] + begin, len, partial + q * nrows + j);
+    if (sliced) {
+      block_group<Diff, 1>(r, queries, begin, len, nrows, partial + j);
+    } else {
+      for (std::size_t q = 0; q < queries.size(); ++q)
+        block_rows<Diff, 1>(r, queries[q] + begin, len, partial + q * nrows + j);
+    }
   }
 }
 
