@@ -395,9 +395,10 @@ std::string format_plan(const Plan& plan) {
   out += "\nRecommendation: ";
   switch (plan.choice) {
     case Plan::Choice::optex:
-      std::snprintf(line, sizeof(line), "OptEx, N = %d (%d points x %d evaluations), T0 = %d\n",
+      std::snprintf(line, sizeof(line), "OptEx, N = %d (%d points x %d evaluation%s), T0 = %d\n",
                     plan.parallelism, plan.parallelism / plan.evaluations_per_point,
-                    plan.evaluations_per_point, plan.history);
+                    plan.evaluations_per_point, plan.evaluations_per_point == 1 ? "" : "s",
+                    plan.history);
       break;
     case Plan::Choice::averaging:
       std::snprintf(line, sizeof(line), "averaging, N = %d evaluations at one point\n",
