@@ -16,6 +16,7 @@
 
 #include "bindings.hpp"
 #include "names.hpp"
+#include "optex/options.hpp"
 #include "optex/random.hpp"
 
 namespace optex::python {
@@ -63,6 +64,11 @@ Plan make_plan(py::ssize_t dim, int parallelism, int history,
                std::optional<double> gradient_noise, std::optional<py::function> round_timer,
                std::optional<py::function> step_timer) {
   if (dim < 1) throw std::invalid_argument("dim: must be >= 1, got " + std::to_string(dim));
+  // Named as the argument here (the request calls it max_parallelism).
+  if (parallelism < 1 || parallelism > kMaxParallelism) {
+    throw std::invalid_argument("parallelism: must be in [1, 65536], got " +
+                                std::to_string(parallelism));
+  }
   if (gradient_seconds.has_value() == objective.has_value()) {
     throw std::invalid_argument(
         "gradient_seconds, objective: give exactly one (the seconds of one gradient "
