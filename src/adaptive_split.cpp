@@ -21,11 +21,11 @@ AdaptiveSplit::AdaptiveSplit(int parallelism, int evaluations)
       noise_(std::numeric_limits<double>::quiet_NaN()),
       rounds_since_measured_(kNever) {}
 
-int AdaptiveSplit::evaluations_for(double noise) const {
-  for (int d = 1; d <= parallelism_; ++d) {
-    if (parallelism_ % d == 0 && noise / d <= kNoiseTarget) return d;
+int AdaptiveSplit::evaluations_for(int parallelism, double noise) {
+  for (int d = 1; d <= parallelism; ++d) {
+    if (parallelism % d == 0 && noise / d <= kNoiseTarget) return d;
   }
-  return parallelism_;
+  return parallelism;
 }
 
 int AdaptiveSplit::smallest_divisor_above_one() const {
@@ -41,7 +41,7 @@ void AdaptiveSplit::update(double gradient_noise, double cosine) {
     noise_ = std::min(gradient_noise, kMaxNoise);
     rounds_since_measured_ = 0;
   }
-  evaluations_ = std::isnan(noise_) ? start_ : evaluations_for(noise_);
+  evaluations_ = std::isnan(noise_) ? start_ : evaluations_for(parallelism_, noise_);
   const bool suspect = cosine < kSuspectCosine;  // false for NaN: nothing was predicted
   if (evaluations_ == 1 && suspect && rounds_since_measured_ >= kProbeInterval) {
     evaluations_ = smallest_divisor_above_one();

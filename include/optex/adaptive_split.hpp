@@ -40,6 +40,11 @@ class AdaptiveSplit {
   // Evaluations per point for the next round.
   int evaluations_per_point() const { return evaluations_; }
 
+  // The rule: the fewest evaluations per point D (a divisor of `parallelism`)
+  // with noise / D <= kNoiseTarget, `parallelism` when none does. The planner
+  // (plan.hpp) asks the same question before a run.
+  static int evaluations_for(int parallelism, double noise);
+
   // After a committed round: `gradient_noise` is its rho (NaN: not measured),
   // `cosine` the mean cosine of its predictions (NaN: none).
   void update(double gradient_noise, double cosine);
@@ -51,9 +56,6 @@ class AdaptiveSplit {
   void restore(int evaluations, double noise, std::int64_t rounds_since_measured);
 
  private:
-  // The fewest evaluations per point (a divisor of N) that bring rho / D to
-  // the target, N when none does.
-  int evaluations_for(double noise) const;
   int smallest_divisor_above_one() const;
 
   int parallelism_;

@@ -19,6 +19,8 @@ __all__ = [
     "OptEx",
     "OptimizerState",
     "Options",
+    "Plan",
+    "PlanCandidate",
     "RmsProp",
     "Sgd",
     "apply_step",
@@ -27,6 +29,7 @@ __all__ = [
     "init_state",
     "magnitude_bound",
     "optimizer_classes",
+    "plan",
     "point_range",
 ]
 
@@ -43,12 +46,73 @@ _ContinueFromName = Literal["last", "best_loss"]
 _ChainStop = Literal["", "posterior_variance", "trust_region"]
 # "cpu", "cuda" or "cuda:<index>"
 _DeviceName = str
+_PlanChoice = Literal["sequential", "averaging", "optex"]
 _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
 def built_with_cuda() -> bool: ...
 def cuda_device_count() -> int: ...
 def magnitude_bound(d: int) -> float: ...
 def point_range(points: int, groups: int, group: int) -> range: ...
+
+# The planner (plan.cpp): will OptEx pay off for a gradient of this cost here?
+@final
+class PlanCandidate:
+    @property
+    def parallelism(self) -> int: ...
+    @property
+    def points(self) -> int: ...
+    @property
+    def evaluations_per_point(self) -> int: ...
+    @property
+    def history(self) -> int: ...
+    @property
+    def overhead_seconds(self) -> float: ...
+    @property
+    def round_seconds(self) -> float: ...
+    @property
+    def steps_per_round(self) -> float: ...
+    @property
+    def seconds_per_step(self) -> float: ...
+    @property
+    def break_even_gradient_seconds(self) -> float: ...
+
+@final
+class Plan:
+    @property
+    def candidates(self) -> list[PlanCandidate]: ...
+    @property
+    def plain_step_seconds(self) -> float: ...
+    @property
+    def plain_seconds_per_step(self) -> float: ...
+    @property
+    def choice(self) -> _PlanChoice: ...
+    @property
+    def parallelism(self) -> int: ...
+    @property
+    def evaluations_per_point(self) -> int: ...
+    @property
+    def history(self) -> int: ...
+    @property
+    def break_even_gradient_seconds(self) -> float: ...
+    @property
+    def expected_round_seconds(self) -> float: ...
+    @property
+    def reason(self) -> str: ...
+
+def plan(
+    dim: int,
+    parallelism: int,
+    history: int,
+    *,
+    gradient_seconds: float | None = None,
+    objective: Callable[[NDArray[np.float32]], tuple[float, ArrayLike]] | None = None,
+    device: _DeviceName = "cpu",
+    threads: int = 0,
+    efficiency: float = 0.5,
+    gradient_noise: float | None = None,
+    round_timer: Callable[[int, int, int], float] | None = None,
+    step_timer: Callable[[int], float] | None = None,
+) -> Plan: ...
 # The base optimizer classes (optimizers.cpp registers one per entry of each
 # optimizer's python_classes()). Value types: attributes are validated on
 # assignment, == compares class and values, pickle and copy work, no hash.

@@ -49,8 +49,8 @@ def test_help_renders(obj) -> None:
 
 def test_every_public_method_has_a_docstring() -> None:
     for cls in (optex.OptEx, optex.Options, *optex.optimizer_classes(), optex.IterationInfo,
-                optex.OptimizerState, optex.DeviceArray, problems.Problem, problems.Rotated,
-                problems.WithGradientNoise):
+                optex.OptimizerState, optex.DeviceArray, optex.Plan, optex.PlanCandidate,
+                problems.Problem, problems.Rotated, problems.WithGradientNoise):
         assert cls.__doc__ and cls.__doc__.strip(), cls
         for name, member in vars(cls).items():
             if name.startswith("_"):
@@ -108,6 +108,9 @@ instances = [cls() for cls in optex.optimizer_classes()] + [
 instances += [getattr(problems, n)() for n in problems.__all__
               if isinstance(getattr(problems, n), type) and n not in
               ("Problem", "Domain", "Rotated", "WithGradientNoise")]
+plan = optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=lambda d, n, t: 1e-3,
+                  step_timer=lambda d: 1e-4)
+instances += [plan, plan.candidates[0]]
 points = opt.ask()
 losses, grads = problems.Sphere().value_and_grad(points)
 instances.append(opt.tell(grads, losses))
@@ -138,7 +141,8 @@ def test_every_pickle_protocol_works_or_is_refused_without_a_crash() -> None:
                  "WithGradientNoise"):
         for protocol in (0, 1, 2, pickle.HIGHEST_PROTOCOL):
             assert results[f"{name} {protocol}"] == "ok", (name, protocol)
-    for name in ("OptEx", "OptimizerState", "DeviceArray", "IterationInfo", "Domain"):
+    for name in ("OptEx", "OptimizerState", "DeviceArray", "IterationInfo", "Domain", "Plan",
+                 "PlanCandidate"):
         assert results[f"{name} 0"] == "refused", name
 
 

@@ -23,7 +23,8 @@ STUB = ast.parse(STUB_PATH.read_text(encoding="utf-8"), filename=str(STUB_PATH))
 
 # The module's classes whose public attributes the stub must list (the
 # optimizer classes are checked on their own, below).
-OTHER_CLASSES = ("OptEx", "Options", "OptimizerState", "IterationInfo", "DeviceArray")
+OTHER_CLASSES = ("OptEx", "Options", "OptimizerState", "IterationInfo", "DeviceArray", "Plan",
+                 "PlanCandidate")
 
 
 def top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
@@ -86,7 +87,8 @@ def signature_parameters(doc: str, name: str) -> list[str]:
         else:
             current += char
     parts.append(current)
-    return [p.split(":")[0].split("=")[0].strip() for p in parts if p.strip()]
+    # "*" and "/" mark keyword-only and positional-only parameters; they name none.
+    return [p.split(":")[0].split("=")[0].strip() for p in parts if p.strip() not in ("", "*", "/")]
 
 
 def parameter_names(fn: ast.FunctionDef) -> list[str]:

@@ -1,0 +1,81 @@
+// What one OptEx round costs besides its gradient evaluations, measured on this
+// machine: the sequential overhead that the N parallel evaluations must pay
+// for (DESIGN.md section 4, "A round's passes"). plan.hpp turns it into a
+// recommendation.
+//
+//   optex::RoundCost c = optex::measure_round_cost({.dim = 1'000'000, .parallelism = 8});
+//   // c.seconds: ask() + tell() with the gradients given, median of 5 rounds
+//
+// The byte model of a CPU round (round_bytes), with fp32 = 4 bytes, an
+// optimizer of k state slots (Adam: k = 2), D = 1 evaluation per point and the
+// commit from the last point; d = dim, T0 = history, N = parallelism.
+// DESIGN.md section 4, "A round's passes", has the table:
+//   ask:  begin (copy x to the batch's first row, copy the state)   (2 + 2k) d
+//         each of the N - 1 proxy steps                              (2 T0 + 7 + 2k) d
+//         finite checks of the points and the state                  (N + k) d
+//   tell: finite check of the N gradients                            N d
+//         the staged step                                            (2 + 3 + 2k + 1 + k) d
+//         the prediction statistics                                  2 (N - 1) d
+//         the step norm                                              2 d
+//         copying the N pairs into the history                       4 N d
+//         one pass over the points and one over the gradients
+//         for all N new rows                                         2 (T0 + N) d
+// round_bytes is the sum times 4 bytes; round_bytes / RoundCost::ask_seconds +
+// tell_seconds is the bandwidth a round reached, to set against
+// triad_bandwidth.
+#pragma once
+
+#include <cstddef>
+
+#include "optex/device.hpp"
+
+namespace optex {
+
+// The size of a round: what Options and the problem fix.
+struct RoundShape {
+  std::size_t dim = 100000;
+  int parallelism = 4;  // N
+  int history = 32;     // T0
+  Device device = Device::cpu();
+  int threads = 0;  // Options::threads: 0 = every core
+};
+
+struct RoundCost {
+  double seconds = 0;       // median wall-clock of ask() + tell() with the gradients given
+  double ask_seconds = 0;   // median of ask()
+  double tell_seconds = 0;  // median of tell()
+  int rounds = 0;           // rounds timed
+};
+
+// Runs an Engine (Adam lr 1e-3; Options{} but for the shape's parallelism,
+// history, device and threads) from a random x0 (uniform in [-1, 1], fixed
+// seed) and feeds it precomputed random gradients (N x d, uniform in [-1, 1],
+// fixed seed) and losses that fall along the batch, so that every commit steps
+// from the last point. The first ceil(T0 / N) + 1 rounds fill the history
+// untimed; then `rounds` rounds are timed with std::chrono::steady_clock.
+// Writing the gradients into the batch (the evaluation) is never timed.
+// Throws std::invalid_argument naming the field for a shape Options refuses
+// (dim 0, N or T0 out of range, threads out of range) or rounds < 1, before
+// allocating anything; std::invalid_argument from the Engine for a device this
+// build or machine lacks, std::bad_alloc or std::runtime_error when the round
+// does not fit in memory.
+RoundCost measure_round_cost(const RoundShape& shape, int rounds = 5);
+
+// One plain optimizer step (optex::apply_step of Adam lr 1e-3 over dim floats)
+// in seconds, the median of `repeats` after an untimed one: the overhead per
+// step of the sequential baseline. Throws std::invalid_argument for dim 0 or
+// repeats < 1.
+double measure_plain_step(std::size_t dim, int repeats = 5);
+
+// The STREAM triad a[i] = b[i] + s * c[i] over n floats, split over `threads`
+// threads (0: every core) in BlockPool's coordinate blocks, the best of
+// `repeats` passes after an untimed one, in bytes per second (12 n bytes per
+// pass). Throws std::invalid_argument for n = 0, threads outside [0, 1024] or
+// repeats < 1.
+double triad_bandwidth(std::size_t n, int threads = 0, int repeats = 5);
+
+// The bytes a CPU round of this shape moves, by the model above. Throws
+// std::invalid_argument like measure_round_cost for a bad shape.
+double round_bytes(const RoundShape& shape);
+
+}  // namespace optex

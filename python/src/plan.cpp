@@ -1,0 +1,209 @@
+// optex.plan: will OptEx pay off? The core's planner (plan.hpp), with the
+// gradient time given or measured from a Python objective, and optex.Plan,
+// optex.PlanCandidate for what it returns.
+#include "optex/plan.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "names.hpp"
+#include "optex/options.hpp"
+#include "optex/random.hpp"
+
+namespace optex::python {
+namespace {
+
+constexpr int kTimedCalls = 5;
+constexpr std::uint64_t kObjectivePointSeed = 0x6f626a;  // "obj"
+
+// The median of kTimedCalls calls of objective(x) at a random point (uniform in
+// [-1, 1], fixed seed), after one untimed call that must return
+// (loss, gradient) with dim gradient entries.
+double time_objective(const py::function& objective, std::size_t dim) {
+  py::array_t<float> x(static_cast<py::ssize_t>(dim));
+  SplitMix64 rng(kObjectivePointSeed);
+  float* data = x.mutable_data();
+  for (std::size_t i = 0; i < dim; ++i) data[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
+
+  const py::object first = objective(x);
+  const auto bad_result = [dim] {
+    return std::invalid_argument("objective: must return (loss, gradient) with a gradient of " +
+                                 std::to_string(dim) + " entries");
+  };
+  if (!py::isinstance<py::sequence>(first) || py::isinstance<py::str>(first) ||
+      py::len(first) != 2) {
+    throw bad_result();
+  }
+  const py::object size = py::module_::import("numpy").attr("size")(first[py::int_(1)]);
+  if (size.cast<std::size_t>() != dim) throw bad_result();
+
+  std::vector<double> times;
+  for (int i = 0; i < kTimedCalls; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    objective(x);
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  // A clock that did not advance still leaves a time the planner accepts.
+  return std::max(times[times.size() / 2], 1e-9);
+}
+
+Plan make_plan(py::ssize_t dim, int parallelism, int history,
+               std::optional<double> gradient_seconds, std::optional<py::function> objective,
+               const std::string& device, int threads, double efficiency,
+               std::optional<double> gradient_noise, std::optional<py::function> round_timer,
+               std::optional<py::function> step_timer) {
+  if (dim < 1) throw std::invalid_argument("dim: must be >= 1, got " + std::to_string(dim));
+  // Named as the argument here (the request calls it max_parallelism).
+  if (parallelism < 1 || parallelism > kMaxParallelism) {
+    throw std::invalid_argument("parallelism: must be in [1, 65536], got " +
+                                std::to_string(parallelism));
+  }
+  if (gradient_seconds.has_value() == objective.has_value()) {
+    throw std::invalid_argument(
+        "gradient_seconds, objective: give exactly one (the seconds of one gradient "
+        "evaluation, or a callable to time)");
+  }
+  PlanRequest r;
+  r.dim = static_cast<std::size_t>(dim);
+  r.max_parallelism = parallelism;
+  r.history = history;
+  r.device = parse_device("device", device);
+  r.threads = threads;
+  r.efficiency = efficiency;
+  if (gradient_noise) r.gradient_noise = *gradient_noise;
+  // Everything but the gradient time is checked before the objective runs.
+  r.gradient_seconds = gradient_seconds.value_or(1.0);
+  r.validate();
+  if (objective) r.gradient_seconds = time_objective(*objective, r.dim);
+
+  RoundTimer rounds;
+  if (round_timer) {
+    rounds = [&round_timer](const RoundShape& s) {
+      py::gil_scoped_acquire gil;
+      return (*round_timer)(s.dim, s.parallelism, s.history).cast<double>();
+    };
+  }
+  StepTimer steps;
+  if (step_timer) {
+    steps = [&step_timer](std::size_t d) {
+      py::gil_scoped_acquire gil;
+      return (*step_timer)(d).cast<double>();
+    };
+  }
+  py::gil_scoped_release release;
+  return plan(r, rounds, steps);
+}
+
+void register_candidate(py::module_& m) {
+  py::class_<PlanCandidate> cls(m, "PlanCandidate", py::is_final(),
+                                R"doc(One configuration optex.plan measured (read-only).
+)doc");
+  exported_from(cls, "optex");
+  cls.def_readonly("parallelism", &PlanCandidate::parallelism, "N: evaluations per round.");
+  cls.def_readonly("points", &PlanCandidate::points, "P = N / D: distinct points per round.");
+  cls.def_readonly("evaluations_per_point", &PlanCandidate::evaluations_per_point,
+                   "D: evaluations per point.");
+  cls.def_readonly("history", &PlanCandidate::history, "T0: the history's size.");
+  cls.def_readonly("overhead_seconds", &PlanCandidate::overhead_seconds,
+                   "o: a round's ask() + tell() in seconds; the plain step when P = 1.");
+  cls.def_readonly("round_seconds", &PlanCandidate::round_seconds, "gradient_seconds + o.");
+  cls.def_readonly("steps_per_round", &PlanCandidate::steps_per_round,
+                   "s = 1 + efficiency (P - 1): the sequential steps a round is worth.");
+  cls.def_readonly("seconds_per_step", &PlanCandidate::seconds_per_step, "round_seconds / s.");
+  cls.def_readonly("break_even_gradient_seconds", &PlanCandidate::break_even_gradient_seconds,
+                   "max(0, (o - s p) / (s - 1)), p the plain step: the gradient time above "
+                   "which this configuration beats the plain optimizer; nan when P = 1.");
+  cls.def("__repr__", [](const PlanCandidate& c) {
+    return py::str(
+               "PlanCandidate(parallelism={!r}, points={!r}, evaluations_per_point={!r}, "
+               "history={!r}, overhead_seconds={!r}, round_seconds={!r}, steps_per_round={!r}, "
+               "seconds_per_step={!r}, break_even_gradient_seconds={!r})")
+        .format(c.parallelism, c.points, c.evaluations_per_point, c.history, c.overhead_seconds,
+                c.round_seconds, c.steps_per_round, c.seconds_per_step,
+                c.break_even_gradient_seconds);
+  });
+}
+
+void register_plan_class(py::module_& m) {
+  py::class_<Plan> cls(m, "Plan", py::is_final(),
+                       R"doc(What optex.plan recommends, and everything it measured (read-only).
+str(plan) is the report: the candidates as a table, the recommendation and its
+reason.
+)doc");
+  exported_from(cls, "optex");
+  cls.def_readonly("candidates", &Plan::candidates,
+                   "Every configuration measured, as PlanCandidate: P = 1 first, then by T0 "
+                   "(the given one first) and N. A new list per access.");
+  cls.def_readonly("plain_step_seconds", &Plan::plain_step_seconds,
+                   "p: one plain optimizer step (Adam over dim floats) in seconds.");
+  cls.def_readonly("plain_seconds_per_step", &Plan::plain_seconds_per_step,
+                   "The sequential baseline: gradient_seconds + p.");
+  cls.def_property_readonly(
+      "choice", [](const Plan& p) { return std::string(choice_name(p.choice)); },
+      "'sequential' (the plain optimizer), 'averaging' (all N evaluations at one point, N x "
+      "minibatch) or 'optex'.");
+  cls.def_readonly("parallelism", &Plan::parallelism,
+                   "The recommended N: 1 for 'sequential', D for 'averaging'.");
+  cls.def_readonly("evaluations_per_point", &Plan::evaluations_per_point,
+                   "The recommended D (Options.evaluations_per_point).");
+  cls.def_readonly("history", &Plan::history, "The recommended T0 (Options.history).");
+  cls.def_readonly("break_even_gradient_seconds", &Plan::break_even_gradient_seconds,
+                   "For 'optex', the recommended configuration's break-even; otherwise the "
+                   "gradient time above which the plan would recommend OptEx (inf: never).");
+  cls.def_readonly("expected_round_seconds", &Plan::expected_round_seconds,
+                   "gradient_seconds plus the recommended round's overhead.");
+  cls.def_readonly("reason", &Plan::reason, "The numbers that decided it, in words.");
+  cls.def("__str__", [](const Plan& p) { return format_plan(p); });
+  cls.def("__repr__", [](const Plan& p) {
+    return py::str(
+               "Plan(choice={!r}, parallelism={!r}, evaluations_per_point={!r}, history={!r}, "
+               "break_even_gradient_seconds={!r}, expected_round_seconds={!r})")
+        .format(choice_name(p.choice), p.parallelism, p.evaluations_per_point, p.history,
+                p.break_even_gradient_seconds, p.expected_round_seconds);
+  });
+}
+
+}  // namespace
+
+void register_plan(py::module_& m) {
+  register_candidate(m);
+  register_plan_class(m);
+  m.def("plan", &make_plan, py::arg("dim"), py::arg("parallelism"), py::arg("history"),
+        py::kw_only(), py::arg("gradient_seconds") = py::none(), py::arg("objective") = py::none(),
+        py::arg("device") = "cpu", py::arg("threads") = 0, py::arg("efficiency") = 0.5,
+        py::arg("gradient_noise") = py::none(), py::arg("round_timer") = py::none(),
+        py::arg("step_timer") = py::none(),
+        R"doc(Will OptEx pay off here? Measures a round's overhead (ask() + tell()) on this
+machine for a few N and T0 and recommends the plain optimizer, averaging (all
+N evaluations at one point) or OptEx with an N, D and T0 (DESIGN.md section 4,
+"The planner"). str() of the result is the report.
+
+    print(optex.plan(1_000_000, 8, 32, gradient_seconds=0.05))
+
+parallelism is the most evaluations per round you can run at once; history
+the T0 you would use. Give exactly one of gradient_seconds (one gradient
+evaluation, measured by you) and objective (a callable taking a float32
+array of dim entries and returning (loss, gradient), timed here: the median
+of 5 calls at a random point after one untimed call). efficiency e in (0, 1]:
+a round of P points advances like 1 + e (P - 1) sequential steps, an
+assumption to measure on your problem. gradient_noise: rho, the noise variance
+over the squared gradient norm of one evaluation (None: unknown).
+round_timer(dim, parallelism, history) and step_timer(dim), seconds of a
+round's overhead and of a plain step, replace the measurements (for tests).
+Raises ValueError naming the argument for a bad value, before anything is
+measured or the objective is called.
+)doc");
+}
+
+}  // namespace optex::python

@@ -1,0 +1,195 @@
+// A round's overhead on this machine: measure_round_cost, measure_plain_step,
+// triad_bandwidth and the byte model round_bytes (round_cost.hpp).
+#include "optex/round_cost.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "optex/adam.hpp"
+#include "optex/block_pool.hpp"
+#include "optex/engine.hpp"
+#include "optex/optimizer.hpp"
+#include "optex/optimizer_state.hpp"
+#include "optex/options.hpp"
+#include "optex/random.hpp"
+
+namespace optex {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kPointSeed = 0x5eed0001;
+constexpr std::uint64_t kGradientSeed = 0x5eed0002;
+constexpr double kFloatBytes = 4.0;
+constexpr double kAdamSlots = 2.0;  // k: Adam's two moments
+constexpr double kLearningRate = 1e-3;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void fill_uniform(std::span<float> v, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  for (float& e : v) e = static_cast<float>(rng.uniform(-1.0, 1.0));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void require_count(const char* name, long long value, long long lowest) {
+  if (value < lowest) {
+    throw std::invalid_argument(std::string(name) + ": must be >= " + std::to_string(lowest) +
+                                ", got " + std::to_string(value));
+  }
+}
+
+// The options a shape stands for; throws naming the field, allocating nothing.
+Options shape_options(const RoundShape& shape) {
+  if (shape.dim == 0) throw std::invalid_argument("dim: must be >= 1, got 0");
+  Options o;
+  o.parallelism = shape.parallelism;
+  o.history = shape.history;
+  o.device = shape.device;
+  o.threads = shape.threads;
+  o.validate();
+  // Floats held at once: the history, the batch's points, gradients and
+  // predictions, the precomputed gradients, x and the state, with room to spare.
+  const std::size_t rows = 2 * static_cast<std::size_t>(shape.history) +
+                           4 * static_cast<std::size_t>(shape.parallelism) + 16;
+  if (shape.dim > std::numeric_limits<std::size_t>::max() / sizeof(float) / rows) {
+    throw std::invalid_argument("dim: " + std::to_string(shape.dim) +
+                                " is too large for any memory (" + std::to_string(rows) +
+                                " rows of d floats)");
+  }
+  return o;
+}
+
+}  // namespace
+
+RoundCost measure_round_cost(const RoundShape& shape, int rounds) {
+  const Options options = shape_options(shape);
+  require_count("rounds", rounds, 1);
+  const std::size_t d = shape.dim;
+  const int n = shape.parallelism;
+
+  std::vector<float> x0(d);
+  fill_uniform(x0, kPointSeed);
+  Engine engine(x0, Adam{.lr = kLearningRate}, options);
+  x0 = {};
+  std::vector<float> gradients(static_cast<std::size_t>(n) * d);
+  fill_uniform(gradients, kGradientSeed);
+  // Falling losses: the commit steps from the last point (ContinueFrom::best_loss).
+  std::vector<double> losses(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) losses[static_cast<std::size_t>(i)] = 1.0 - 0.01 * i;
+
+  // One round; the evaluation between ask() and tell() is not timed.
+  // device_iterate() drains a device engine's stream, so its work is inside
+  // the time; on the CPU it returns at once.
+  const auto round = [&](double& ask_seconds, double& tell_seconds) {
+    auto start = Clock::now();
+    Batch& batch = engine.ask();
+    (void)engine.device_iterate();
+    ask_seconds = seconds_since(start);
+    for (int i = 0; i < batch.size(); ++i) {
+      batch.set_gradient(
+          i, std::span<const float>(gradients).subspan(static_cast<std::size_t>(i) * d, d));
+      batch.loss(i) = losses[static_cast<std::size_t>(i)];
+    }
+    batch.upload_staged_gradients();
+    start = Clock::now();
+    engine.tell(batch);
+    (void)engine.device_iterate();
+    tell_seconds = seconds_since(start);
+  };
+
+  const int fill = (shape.history + n - 1) / n + 1;
+  double ask_seconds = 0.0;
+  double tell_seconds = 0.0;
+  for (int r = 0; r < fill; ++r) round(ask_seconds, tell_seconds);
+
+  std::vector<double> asks, tells, totals;
+  for (int r = 0; r < rounds; ++r) {
+    round(ask_seconds, tell_seconds);
+    asks.push_back(ask_seconds);
+    tells.push_back(tell_seconds);
+    totals.push_back(ask_seconds + tell_seconds);
+  }
+  return {.seconds = median(totals),
+          .ask_seconds = median(asks),
+          .tell_seconds = median(tells),
+          .rounds = rounds};
+}
+
+double measure_plain_step(std::size_t dim, int repeats) {
+  if (dim == 0) throw std::invalid_argument("dim: must be >= 1, got 0");
+  require_count("repeats", repeats, 1);
+  const Adam adam{.lr = kLearningRate};
+  std::vector<float> x(dim), g(dim);
+  fill_uniform(x, kPointSeed);
+  fill_uniform(g, kGradientSeed);
+  OptimizerState state = init_state(adam, dim);
+  apply_step(adam, x, state, g);  // untimed: first touch of the state
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    apply_step(adam, x, state, g);
+    times.push_back(seconds_since(start));
+  }
+  return median(times);
+}
+
+double triad_bandwidth(std::size_t n, int threads, int repeats) {
+  if (n == 0) throw std::invalid_argument("n: must be >= 1, got 0");
+  require_count("repeats", repeats, 1);
+  const BlockPool pool(threads);  // checks threads
+  std::vector<float> a(n, 0.0f), b(n), c(n);
+  fill_uniform(b, kPointSeed);
+  fill_uniform(c, kGradientSeed);
+  volatile float scale = 0.5f;  // opaque: no constant folding
+  const float s = scale;
+  const auto pass = [&] {
+    pool.for_blocks(block_count(n), 3 * sizeof(float) * kCoordinateBlock,
+                    [&](std::size_t first, std::size_t last) {
+                      const std::size_t begin = first * kCoordinateBlock;
+                      const std::size_t end = std::min(n, last * kCoordinateBlock);
+                      float* __restrict out = a.data();
+                      const float* __restrict in_b = b.data();
+                      const float* __restrict in_c = c.data();
+                      for (std::size_t i = begin; i < end; ++i) out[i] = in_b[i] + s * in_c[i];
+                    });
+  };
+  pass();  // untimed: first touch, and the pool's threads start
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    pass();
+    best = std::min(best, seconds_since(start));
+  }
+  // Reading the result keeps the stores.
+  volatile float sink = a[n / 2];
+  (void)sink;
+  return 12.0 * static_cast<double>(n) / std::max(best, 1e-12);
+}
+
+double round_bytes(const RoundShape& shape) {
+  (void)shape_options(shape);
+  const double d = static_cast<double>(shape.dim);
+  const double n = shape.parallelism;
+  const double t0 = shape.history;
+  const double k = kAdamSlots;
+  const double ask = (2 + 2 * k) * d + (n - 1) * (2 * t0 + 7 + 2 * k) * d + (n + k) * d;
+  const double tell =
+      n * d + (2 + 3 + 2 * k + 1 + k) * d + 2 * (n - 1) * d + 2 * d + 4 * n * d + 2 * (t0 + n) * d;
+  return (ask + tell) * kFloatBytes;
+}
+
+}  // namespace optex

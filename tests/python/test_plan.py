@@ -1,0 +1,187 @@
+"""optex.plan: the planner with fake timers (deterministic, where it flips, the
+noise rule), with an objective it times itself, and its refusals. Nothing here
+depends on how fast the machine is."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import optex
+
+
+class FakeTimers:
+    """o = a + b N T0 d, a plain step p; counts the calls."""
+
+    def __init__(self, a: float = 0.0, b: float = 0.0, p: float = 1e-4) -> None:
+        self.a, self.b, self.p = a, b, p
+        self.round_calls = 0
+        self.step_calls = 0
+
+    def round(self, dim: int, parallelism: int, history: int) -> float:
+        self.round_calls += 1
+        return self.a + self.b * parallelism * history * dim
+
+    def step(self, dim: int) -> float:
+        self.step_calls += 1
+        return self.p
+
+    def plan(self, gradient_seconds: float, **kwargs) -> optex.Plan:
+        args = dict(dim=100_000, parallelism=8, history=32)
+        args.update(kwargs)
+        return optex.plan(args.pop("dim"), args.pop("parallelism"), args.pop("history"),
+                          gradient_seconds=gradient_seconds, round_timer=self.round,
+                          step_timer=self.step, **args)
+
+
+def test_the_plan_is_deterministic_and_prints_its_recommendation() -> None:
+    timers = FakeTimers(a=1e-3, b=1e-10)
+    first, second = timers.plan(0.05), timers.plan(0.05)
+    assert str(first) == str(second)
+    assert "Recommendation: " in str(first)
+    assert repr(first).startswith("Plan(choice='optex'")
+
+
+def test_the_candidates_follow_the_model() -> None:
+    timers = FakeTimers(a=1e-3, b=1e-10, p=2e-4)
+    plan = timers.plan(0.05, efficiency=0.25)
+    assert [(c.parallelism, c.history) for c in plan.candidates] == [
+        (1, 32), (2, 32), (4, 32), (8, 32), (2, 16), (4, 16), (8, 16), (2, 8), (4, 8), (8, 8)]
+    assert timers.round_calls == 9 and timers.step_calls == 1
+    assert plan.plain_step_seconds == 2e-4
+    assert plan.plain_seconds_per_step == pytest.approx(0.05 + 2e-4)
+    for c in plan.candidates:
+        s = 1 + 0.25 * (c.points - 1)
+        assert c.steps_per_round == pytest.approx(s)
+        assert c.seconds_per_step == pytest.approx((0.05 + c.overhead_seconds) / s)
+        if c.points == 1:
+            assert math.isnan(c.break_even_gradient_seconds)
+        else:
+            o = 1e-3 + 1e-10 * c.parallelism * c.history * 100_000
+            assert c.overhead_seconds == pytest.approx(o)
+            assert c.break_even_gradient_seconds == pytest.approx(max(0.0, (o - s * 2e-4) / (s - 1)))
+
+
+@pytest.mark.parametrize("a, b", [(10e-3, 1e-11), (1e-4, 1e-9)])
+def test_the_recommendation_flips_at_the_reported_break_even(a: float, b: float) -> None:
+    timers = FakeTimers(a=a, b=b, p=5e-4)
+    slow = timers.plan(1e-3)
+    assert slow.choice == "sequential" and slow.parallelism == 1
+    w = slow.break_even_gradient_seconds
+    assert 1e-3 < w < math.inf
+    assert "OptEx pays off above" in slow.reason
+    assert timers.plan(w * (1 - 1e-6)).choice == "sequential"
+    above = timers.plan(w * (1 + 1e-6))
+    assert above.choice == "optex" and above.parallelism >= 2
+
+
+def test_a_history_whose_overhead_exceeds_a_tenth_of_the_gradient_is_cut() -> None:
+    timers = FakeTimers(b=1e-10)  # o(8, 32) = 2.56 ms, o(8, 16) = 1.28 ms
+    assert timers.plan(0.1).history == 32
+    plan = timers.plan(0.015)
+    assert plan.choice == "optex" and plan.parallelism == 8 and plan.history == 16
+    assert "T0 = 16 instead of 32" in plan.reason
+
+
+def test_the_noise_rule_is_the_adaptive_strategy_s() -> None:
+    timers = FakeTimers(a=1e-6)
+    noisy = timers.plan(0.05, gradient_noise=100.0)
+    assert (noisy.choice, noisy.parallelism, noisy.evaluations_per_point) == ("averaging", 8, 8)
+    assert timers.round_calls == 0
+    split = timers.plan(0.05, gradient_noise=0.5)
+    assert (split.choice, split.parallelism, split.evaluations_per_point) == ("optex", 8, 2)
+    unknown = timers.plan(0.05)
+    assert unknown.evaluations_per_point == 1
+    assert "unknown" in unknown.reason and "Options::adaptive(8)" in unknown.reason
+
+
+def test_an_objective_is_timed_at_float32_points_of_its_dimension() -> None:
+    calls = []
+
+    def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
+        calls.append((x.dtype, x.shape, float(np.abs(x).max())))
+        return float(x @ x), 2 * x
+
+    timers = FakeTimers(a=1e-3)
+    plan = optex.plan(500, 4, 8, objective=objective, round_timer=timers.round,
+                      step_timer=timers.step)
+    assert len(calls) == 6  # one untimed, five timed
+    assert all(dtype == np.float32 and shape == (500,) and m <= 1.0 for dtype, shape, m in calls)
+    assert plan.plain_seconds_per_step > plan.plain_step_seconds > 0
+    assert math.isfinite(plan.expected_round_seconds)
+
+
+def test_the_default_timers_measure_this_machine() -> None:
+    plan = optex.plan(1000, 2, 4, gradient_seconds=1.0)
+    assert plan.plain_step_seconds > 0
+    assert all(c.overhead_seconds > 0 and math.isfinite(c.overhead_seconds) for c in plan.candidates)
+    assert plan.choice == "optex"  # a 1 s gradient hides any overhead at d = 1000
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(), "exactly one"),
+        (dict(gradient_seconds=1.0, objective=lambda x: (0.0, x)), "exactly one"),
+        (dict(gradient_seconds=0.0), "gradient_seconds"),
+        (dict(gradient_seconds=-1.0), "gradient_seconds"),
+        (dict(gradient_seconds=math.nan), "gradient_seconds"),
+        (dict(gradient_seconds=math.inf), "gradient_seconds"),
+        (dict(gradient_seconds=1.0, efficiency=0.0), "efficiency"),
+        (dict(gradient_seconds=1.0, efficiency=1.5), "efficiency"),
+        (dict(gradient_seconds=1.0, gradient_noise=-0.5), "gradient_noise"),
+        (dict(gradient_seconds=1.0, threads=-1), "threads"),
+        (dict(gradient_seconds=1.0, device="tpu"), "device"),
+        (dict(gradient_seconds=1.0, dim=0), "dim"),
+        (dict(gradient_seconds=1.0, dim=-5), "dim"),
+        (dict(gradient_seconds=1.0, parallelism=0), "^parallelism: must be in"),
+        (dict(gradient_seconds=1.0, parallelism=70000), "^parallelism: must be in"),
+        (dict(gradient_seconds=1.0, history=0), "history"),
+        (dict(gradient_seconds=1.0, history=5000), "history"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(kwargs: dict, field: str) -> None:
+    timers = FakeTimers(a=1e-3)
+    called = []
+    args = dict(dim=100, parallelism=4, history=8)
+    args.update(kwargs)
+    if "objective" in args:
+        args["objective"] = lambda x: called.append(x) or (0.0, x)
+    with pytest.raises(ValueError, match=field):
+        optex.plan(args.pop("dim"), args.pop("parallelism"), args.pop("history"),
+                   round_timer=timers.round, step_timer=timers.step, **args)
+    assert timers.round_calls == timers.step_calls == 0 and not called
+
+
+def test_an_objective_with_a_bad_dimension_or_a_bad_argument_is_refused() -> None:
+    timers = FakeTimers(a=1e-3)
+    called = []
+
+    def objective(x):
+        called.append(x)
+        return 0.0, x
+
+    with pytest.raises(ValueError, match="efficiency"):
+        optex.plan(10, 2, 4, objective=objective, efficiency=2.0)
+    assert not called
+    with pytest.raises(ValueError, match="objective: must return"):
+        optex.plan(10, 2, 4, objective=lambda x: (0.0, x[:5]), round_timer=timers.round,
+                   step_timer=timers.step)
+    with pytest.raises(ValueError, match="objective: must return"):
+        optex.plan(10, 2, 4, objective=lambda x: 0.0, round_timer=timers.round,
+                   step_timer=timers.step)
+    with pytest.raises(ZeroDivisionError):
+        optex.plan(10, 2, 4, objective=lambda x: 1 / 0)
+    assert timers.round_calls == 0
+
+
+def test_a_timer_that_returns_nonsense_is_refused() -> None:
+    with pytest.raises(ValueError, match="round_seconds"):
+        optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=lambda d, n, t: math.nan,
+                   step_timer=lambda d: 1e-4)
+    with pytest.raises(RuntimeError, match="boom"):
+        def fails(d, n, t):
+            raise RuntimeError("boom")
+        optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=fails, step_timer=lambda d: 1e-4)

@@ -1,0 +1,352 @@
+// The planner (plan.hpp) with fake timers: its candidates, where its
+// recommendation flips, the T0 and noise rules, and its refusals; and the
+// round-cost measurements (round_cost.hpp) on tiny shapes, for sanity only:
+// nothing here depends on how fast the machine is.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "optex/adaptive_split.hpp"
+#include "optex/plan.hpp"
+#include "optex/round_cost.hpp"
+#include "throws_with.hpp"
+
+namespace {
+
+using optex::Plan;
+using optex::PlanRequest;
+using optex::RoundShape;
+using optex::test::ThrowsWith;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// o = a + b N T0 d, a plain step p; counts the calls.
+struct FakeTimers {
+  double a = 0.0;
+  double b = 0.0;
+  double p = 1e-4;
+  int round_calls = 0;
+  int step_calls = 0;
+
+  optex::RoundTimer round() {
+    return [this](const RoundShape& s) {
+      ++round_calls;
+      return a + b * s.parallelism * s.history * static_cast<double>(s.dim);
+    };
+  }
+  optex::StepTimer step() {
+    return [this](std::size_t) {
+      ++step_calls;
+      return p;
+    };
+  }
+  double overhead(int n, int t0, std::size_t d) const {
+    return a + b * n * t0 * static_cast<double>(d);
+  }
+};
+
+PlanRequest request(double gradient_seconds, int n = 8, int t0 = 32) {
+  PlanRequest r;
+  r.dim = 100000;
+  r.max_parallelism = n;
+  r.history = t0;
+  r.gradient_seconds = gradient_seconds;
+  return r;
+}
+
+Plan run(const PlanRequest& r, FakeTimers& t) { return optex::plan(r, t.round(), t.step()); }
+
+TEST(Plan, TwoCallsGiveTheSameReport) {
+  FakeTimers t{.a = 1e-3, .b = 1e-10};
+  const PlanRequest r = request(0.05);
+  const std::string first = optex::format_plan(run(r, t));
+  const std::string second = optex::format_plan(run(r, t));
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first.find("Recommendation: "), std::string::npos) << first;
+}
+
+TEST(Plan, CandidatesAreWhatTheModelSays) {
+  FakeTimers t{.a = 1e-3, .b = 1e-10, .p = 2e-4};
+  PlanRequest r = request(0.05);
+  r.efficiency = 0.25;
+  const Plan plan = run(r, t);
+  // P = 1 first, then T0 = 32, 16, 8, each with N = 2, 4, 8.
+  struct Expected {
+    int n, t0;
+  };
+  const std::vector<Expected> expected{{1, 32}, {2, 32}, {4, 32}, {8, 32}, {2, 16},
+                                       {4, 16}, {8, 16}, {2, 8},  {4, 8},  {8, 8}};
+  ASSERT_EQ(plan.candidates.size(), expected.size());
+  EXPECT_EQ(t.round_calls, 9);
+  EXPECT_EQ(t.step_calls, 1);
+  EXPECT_DOUBLE_EQ(plan.plain_step_seconds, 2e-4);
+  EXPECT_DOUBLE_EQ(plan.plain_seconds_per_step, 0.05 + 2e-4);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const optex::PlanCandidate& c = plan.candidates[i];
+    SCOPED_TRACE("candidate " + std::to_string(i));
+    EXPECT_EQ(c.parallelism, expected[i].n);
+    EXPECT_EQ(c.history, expected[i].t0);
+    EXPECT_EQ(c.evaluations_per_point, 1);
+    EXPECT_EQ(c.points, c.parallelism);
+    const double s = 1.0 + 0.25 * (c.points - 1);
+    EXPECT_DOUBLE_EQ(c.steps_per_round, s);
+    if (c.points == 1) {
+      EXPECT_DOUBLE_EQ(c.overhead_seconds, 2e-4);
+      EXPECT_TRUE(std::isnan(c.break_even_gradient_seconds));
+    } else {
+      const double o = t.overhead(c.parallelism, c.history, r.dim);
+      EXPECT_DOUBLE_EQ(c.overhead_seconds, o);
+      EXPECT_DOUBLE_EQ(c.break_even_gradient_seconds, std::max(0.0, (o - s * 2e-4) / (s - 1.0)));
+    }
+    EXPECT_DOUBLE_EQ(c.round_seconds, 0.05 + c.overhead_seconds);
+    EXPECT_DOUBLE_EQ(c.seconds_per_step, c.round_seconds / s);
+  }
+}
+
+TEST(Plan, CandidateParallelismAndHistoriesAtOddSizes) {
+  FakeTimers t{.a = 1e-3};
+  // N = 6: 1, 2, 4 and 6 itself; T0 = 8: 8 and 4 (2 is too small).
+  Plan plan = run(request(0.05, 6, 8), t);
+  std::vector<std::pair<int, int>> got;
+  for (const auto& c : plan.candidates) got.emplace_back(c.parallelism, c.history);
+  EXPECT_EQ(got, (std::vector<std::pair<int, int>>{
+                     {1, 8}, {2, 8}, {4, 8}, {6, 8}, {2, 4}, {4, 4}, {6, 4}}));
+  // T0 = 5: no half is >= 4; the user's T0 stays even below 4.
+  plan = run(request(0.05, 2, 5), t);
+  ASSERT_EQ(plan.candidates.size(), 2u);
+  EXPECT_EQ(plan.candidates[1].history, 5);
+  plan = run(request(0.05, 2, 2), t);
+  ASSERT_EQ(plan.candidates.size(), 2u);
+  EXPECT_EQ(plan.candidates[1].history, 2);
+}
+
+// The recommendation flips exactly at the reported break-even.
+void expect_flip_at_break_even(FakeTimers t, double start) {
+  const Plan slow = run(request(start), t);
+  ASSERT_EQ(slow.choice, Plan::Choice::sequential) << optex::format_plan(slow);
+  const double w = slow.break_even_gradient_seconds;
+  ASSERT_TRUE(std::isfinite(w) && w > start) << w;
+  EXPECT_NE(slow.reason.find("OptEx pays off above"), std::string::npos) << slow.reason;
+
+  const Plan below = run(request(w * (1.0 - 1e-6)), t);
+  EXPECT_EQ(below.choice, Plan::Choice::sequential) << optex::format_plan(below);
+  EXPECT_DOUBLE_EQ(below.break_even_gradient_seconds, w);
+  EXPECT_EQ(below.parallelism, 1);
+
+  const Plan above = run(request(w * (1.0 + 1e-6)), t);
+  ASSERT_EQ(above.choice, Plan::Choice::optex) << optex::format_plan(above);
+  EXPECT_GE(above.parallelism, 2);
+  EXPECT_LT(above.break_even_gradient_seconds, w * (1.0 + 1e-6));
+  EXPECT_LT(above.expected_round_seconds / (1.0 + 0.5 * (above.parallelism - 1)),
+            above.plain_seconds_per_step);
+}
+
+TEST(Plan, FlipsFromSequentialToOptexAtTheBreakEven) {
+  // A fixed cost per round dominates: the largest N pays off first.
+  expect_flip_at_break_even(FakeTimers{.a = 10e-3, .b = 1e-11, .p = 5e-4}, 1e-3);
+  // A cost that grows with N T0 d: the T0 rule cuts the history near the flip.
+  expect_flip_at_break_even(FakeTimers{.a = 1e-4, .b = 1e-9, .p = 5e-4}, 1e-3);
+}
+
+TEST(Plan, WithOverheadIndependentOfT0TheBreakEvenIsThatOfTheLargestN) {
+  FakeTimers t{.a = 10e-3, .p = 5e-4};
+  const Plan plan = run(request(1e-3), t);
+  ASSERT_EQ(plan.choice, Plan::Choice::sequential);
+  const optex::PlanCandidate& largest = plan.candidates[3];
+  ASSERT_EQ(largest.parallelism, 8);
+  ASSERT_EQ(largest.history, 32);
+  EXPECT_DOUBLE_EQ(plan.break_even_gradient_seconds, largest.break_even_gradient_seconds);
+}
+
+TEST(Plan, CutsTheHistoryWhenItsOverheadExceedsTenPercentOfTheGradient) {
+  // o(N, T0) = 1e-5 N T0 s at d = 1e5: o(8, 32) = 2.56 ms, o(8, 16) = 1.28 ms.
+  FakeTimers t{.b = 1e-10, .p = 1e-4};
+  Plan plan = run(request(0.1), t);  // 10% = 10 ms: T0 = 32 stays
+  ASSERT_EQ(plan.choice, Plan::Choice::optex);
+  EXPECT_EQ(plan.parallelism, 8);
+  EXPECT_EQ(plan.history, 32);
+  EXPECT_EQ(plan.reason.find("instead of"), std::string::npos) << plan.reason;
+
+  plan = run(request(0.015), t);  // 10% = 1.5 ms: T0 = 16 is the largest that fits
+  ASSERT_EQ(plan.choice, Plan::Choice::optex);
+  EXPECT_EQ(plan.parallelism, 8);
+  EXPECT_EQ(plan.history, 16);
+  EXPECT_NE(plan.reason.find("T0 = 16 instead of 32"), std::string::npos) << plan.reason;
+  EXPECT_DOUBLE_EQ(plan.expected_round_seconds, 0.015 + t.overhead(8, 16, 100000));
+  EXPECT_DOUBLE_EQ(plan.break_even_gradient_seconds,
+                   plan.candidates[6].break_even_gradient_seconds);
+
+  plan = run(request(0.005), t);  // 10% = 0.5 ms: none fits, the smallest T0
+  ASSERT_EQ(plan.choice, Plan::Choice::optex);
+  EXPECT_EQ(plan.history, 8);
+  EXPECT_NE(plan.reason.find("T0 = 8 instead of 32"), std::string::npos) << plan.reason;
+}
+
+TEST(Plan, HighNoiseRecommendsAveragingOverEveryEvaluation) {
+  FakeTimers t{.a = 1e-6, .p = 1e-4};
+  PlanRequest r = request(0.05);
+  r.gradient_noise = 100.0;
+  const Plan plan = run(r, t);
+  EXPECT_EQ(plan.choice, Plan::Choice::averaging);
+  EXPECT_EQ(plan.parallelism, 8);
+  EXPECT_EQ(plan.evaluations_per_point, 8);
+  EXPECT_EQ(t.round_calls, 0);  // P = 1 only: nothing to model
+  ASSERT_EQ(plan.candidates.size(), 1u);
+  EXPECT_EQ(plan.candidates[0].points, 1);
+  EXPECT_EQ(plan.candidates[0].evaluations_per_point, 8);
+  EXPECT_TRUE(std::isinf(plan.break_even_gradient_seconds));
+  EXPECT_EQ(plan.reason.find("unknown"), std::string::npos) << plan.reason;
+  EXPECT_STREQ(optex::choice_name(plan.choice), "averaging");
+}
+
+TEST(Plan, ModerateNoiseSplitsEachPointOverTwoEvaluations) {
+  FakeTimers t{.a = 1e-6, .p = 1e-4};
+  PlanRequest r = request(0.05);
+  r.gradient_noise = 0.5;
+  ASSERT_EQ(optex::AdaptiveSplit::evaluations_for(8, 0.5), 2);
+  const Plan plan = run(r, t);
+  ASSERT_EQ(plan.choice, Plan::Choice::optex) << optex::format_plan(plan);
+  EXPECT_EQ(plan.evaluations_per_point, 2);
+  EXPECT_EQ(plan.parallelism, 8);
+  // N = 2, 4, 8: P = 1, 2, 4.
+  std::vector<int> ns;
+  for (const auto& c : plan.candidates) {
+    if (c.history == 32) ns.push_back(c.parallelism);
+    EXPECT_EQ(c.points, c.parallelism / 2);
+  }
+  EXPECT_EQ(ns, (std::vector<int>{2, 4, 8}));
+}
+
+TEST(Plan, NoiseTheModelCannotBeatFallsBackToAveragingWithNEqualD) {
+  // rho = 0.5 asks D = 2; an overhead far above the gradient leaves OptEx out.
+  FakeTimers t{.a = 1.0, .p = 1e-4};
+  PlanRequest r = request(0.05);
+  r.gradient_noise = 0.5;
+  const Plan plan = run(r, t);
+  EXPECT_EQ(plan.choice, Plan::Choice::averaging);
+  EXPECT_EQ(plan.parallelism, 2);
+  EXPECT_EQ(plan.evaluations_per_point, 2);
+}
+
+TEST(Plan, UnknownNoiseSaysSoAndSuggestsTheAdaptiveStrategy) {
+  FakeTimers t{.a = 1e-3};
+  const Plan plan = run(request(0.05), t);
+  EXPECT_EQ(plan.evaluations_per_point, 1);
+  EXPECT_NE(plan.reason.find("unknown"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("Options::adaptive(8)"), std::string::npos) << plan.reason;
+}
+
+TEST(Plan, OneWorkerIsSequential) {
+  FakeTimers t{.a = 1e-9};
+  const Plan plan = run(request(0.05, 1), t);
+  EXPECT_EQ(plan.choice, Plan::Choice::sequential);
+  EXPECT_EQ(plan.parallelism, 1);
+  EXPECT_EQ(t.round_calls, 0);
+  EXPECT_TRUE(std::isinf(plan.break_even_gradient_seconds));
+  EXPECT_NE(optex::format_plan(plan).find("never"), std::string::npos);
+}
+
+TEST(Plan, BadRequestsAreRefusedBeforeAnyTimerRuns) {
+  struct Case {
+    const char* field;
+    void (*spoil)(PlanRequest&);
+  };
+  const std::vector<Case> cases{
+      {"dim", [](PlanRequest& r) { r.dim = 0; }},
+      {"max_parallelism", [](PlanRequest& r) { r.max_parallelism = 0; }},
+      {"max_parallelism", [](PlanRequest& r) { r.max_parallelism = -3; }},
+      {"max_parallelism", [](PlanRequest& r) { r.max_parallelism = 65537; }},
+      {"history", [](PlanRequest& r) { r.history = 0; }},
+      {"history", [](PlanRequest& r) { r.history = 4097; }},
+      {"threads", [](PlanRequest& r) { r.threads = -1; }},
+      {"gradient_seconds", [](PlanRequest& r) { r.gradient_seconds = 0.0; }},
+      {"gradient_seconds", [](PlanRequest& r) { r.gradient_seconds = -1.0; }},
+      {"gradient_seconds", [](PlanRequest& r) { r.gradient_seconds = kNaN; }},
+      {"gradient_seconds", [](PlanRequest& r) { r.gradient_seconds = kInf; }},
+      {"efficiency", [](PlanRequest& r) { r.efficiency = 0.0; }},
+      {"efficiency", [](PlanRequest& r) { r.efficiency = 1.5; }},
+      {"efficiency", [](PlanRequest& r) { r.efficiency = kNaN; }},
+      {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -0.1; }},
+      {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -kInf; }},
+  };
+  for (const Case& c : cases) {
+    FakeTimers t{.a = 1e-3};
+    PlanRequest r = request(0.05);
+    c.spoil(r);
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { run(r, t); }, {c.field})) << c.field;
+    EXPECT_EQ(t.round_calls, 0) << c.field;
+    EXPECT_EQ(t.step_calls, 0) << c.field;
+  }
+}
+
+TEST(Plan, ATimerThatReturnsNonsenseIsRefused) {
+  const PlanRequest r = request(0.05);
+  const optex::StepTimer step = [](std::size_t) { return 1e-4; };
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+      [&] {
+        optex::plan(
+            r, [](const RoundShape&) { return kNaN; }, step);
+      },
+      {"round_seconds"}));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+      [&] {
+        optex::plan(
+            r, [](const RoundShape&) { return 1e-3; }, [](std::size_t) { return -1.0; });
+      },
+      {"step_seconds"}));
+}
+
+TEST(RoundCost, RoundBytesFollowTheDocumentedModel) {
+  // d = 1000, N = 4, T0 = 8, k = 2:
+  // ask  (2 + 4) + 3 (16 + 7 + 4) + (4 + 2)             = 93 rows of d
+  // tell 4 + (2 + 3 + 4 + 1 + 2) + 2 * 3 + 2 + 16 + 2 * 12 = 64 rows of d
+  const RoundShape shape{.dim = 1000, .parallelism = 4, .history = 8};
+  EXPECT_DOUBLE_EQ(optex::round_bytes(shape), (93.0 + 64.0) * 1000.0 * 4.0);
+}
+
+TEST(RoundCost, MeasuresATinyRound) {
+  const RoundShape shape{.dim = 1000, .parallelism = 2, .history = 4};
+  const optex::RoundCost cost = optex::measure_round_cost(shape, 2);
+  EXPECT_EQ(cost.rounds, 2);
+  for (double s : {cost.seconds, cost.ask_seconds, cost.tell_seconds}) {
+    EXPECT_TRUE(std::isfinite(s) && s > 0.0) << s;
+  }
+  const double plain = optex::measure_plain_step(1000, 3);
+  EXPECT_TRUE(std::isfinite(plain) && plain > 0.0) << plain;
+  for (int threads : {0, 1, 2}) {
+    const double bandwidth = optex::triad_bandwidth(1 << 16, threads, 3);
+    EXPECT_TRUE(std::isfinite(bandwidth) && bandwidth > 0.0) << bandwidth;
+  }
+}
+
+TEST(RoundCost, BadShapesAreRefusedNamingTheField) {
+  const auto refuses = [](RoundShape shape, int rounds, const char* field) {
+    return ThrowsWith<std::invalid_argument>([&] { optex::measure_round_cost(shape, rounds); },
+                                             {field});
+  };
+  EXPECT_TRUE(refuses({.dim = 0}, 1, "dim"));
+  EXPECT_TRUE(refuses({.dim = 10, .parallelism = 0}, 1, "parallelism"));
+  EXPECT_TRUE(refuses({.dim = 10, .parallelism = 65537}, 1, "parallelism"));
+  EXPECT_TRUE(refuses({.dim = 10, .history = 0}, 1, "history"));
+  EXPECT_TRUE(refuses({.dim = 10, .history = 4097}, 1, "history"));
+  EXPECT_TRUE(refuses({.dim = 10, .threads = -1}, 1, "threads"));
+  EXPECT_TRUE(refuses({.dim = 10}, 0, "rounds"));
+  // Refused before anything of that size is allocated.
+  EXPECT_TRUE(refuses({.dim = std::numeric_limits<std::size_t>::max()}, 1, "dim"));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([] { optex::round_bytes({.dim = 0}); }, {"dim"}));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([] { optex::measure_plain_step(0); }, {"dim"}));
+  EXPECT_TRUE(
+      ThrowsWith<std::invalid_argument>([] { optex::measure_plain_step(10, 0); }, {"repeats"}));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([] { optex::triad_bandwidth(0); }, {"n"}));
+  EXPECT_TRUE(
+      ThrowsWith<std::invalid_argument>([] { optex::triad_bandwidth(10, -1); }, {"threads"}));
+  EXPECT_TRUE(
+      ThrowsWith<std::invalid_argument>([] { optex::triad_bandwidth(10, 1, 0); }, {"repeats"}));
+}
+
+}  // namespace

@@ -1,0 +1,202 @@
+#include "command_line.hpp"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string_view>
+
+#include "optex/block_pool.hpp"
+#include "optex/device.hpp"
+#include "optex/options.hpp"
+
+namespace optex_plan {
+namespace {
+
+constexpr const char* kProblems[] = {"sphere", "rosenbrock", "ackley",          "rastrigin",
+                                     "levy",   "griewank",   "styblinski_tang", "schwefel"};
+
+// "--dim: must be an integer in [1, ...], got '-3'".
+[[noreturn]] void reject(std::string_view flag, const std::string& value,
+                         std::string_view requirement) {
+  throw std::invalid_argument(std::string(flag) + ": " + std::string(requirement) + ", got '" +
+                              value + "'");
+}
+
+// All of the text as a number ("1e5" and "100000" alike), or a refusal.
+double parse_real(std::string_view flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0.0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    reject(flag, text, "must be a number");
+  }
+  if (used != text.size()) reject(flag, text, "must be a number");
+  return v;
+}
+
+long long parse_integer(std::string_view flag, const std::string& text, long long lowest,
+                        long long highest) {
+  const double v = parse_real(flag, text);
+  if (!std::isfinite(v) || v != std::floor(v) || v < static_cast<double>(lowest) ||
+      v > static_cast<double>(highest)) {
+    reject(
+        flag, text,
+        "must be an integer in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
+  }
+  return static_cast<long long>(v);
+}
+
+optex::Device parse_device(const std::string& text) {
+  optex::Device device;
+  if (text == "cpu") {
+    return device;
+  } else if (text == "cuda") {
+    device = optex::Device::cuda(0);
+  } else if (text.starts_with("cuda:")) {
+    const std::string_view digits = std::string_view(text).substr(5);
+    int index = -1;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (error != std::errc() || end != digits.data() + digits.size() || digits.empty() ||
+        index < 0) {
+      reject("--device", text, "must be cpu, cuda or cuda:<index>");
+    }
+    device = optex::Device::cuda(index);
+  } else {
+    reject("--device", text, "must be cpu, cuda or cuda:<index>");
+  }
+  if (!optex::built_with_cuda()) reject("--device", text, "needs a build with the CUDA backend");
+  const int count = optex::cuda_device_count();
+  if (device.index >= count) {
+    reject("--device", text, "is not on this machine (" + std::to_string(count) + " CUDA devices)");
+  }
+  return device;
+}
+
+// The memory the largest measurement holds, against what the machine has.
+void check_memory(const optex::PlanRequest& r) {
+  const double rows = 2.0 * r.history + 4.0 * r.max_parallelism + 16.0;
+  const double needed = rows * static_cast<double>(r.dim) * sizeof(float);
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return;  // unknown: the measurement will tell
+  const double available = static_cast<double>(pages) * static_cast<double>(page_size);
+  if (needed > 0.8 * available) {
+    char text[256];
+    std::snprintf(text, sizeof(text),
+                  "--dim: %zu is too large for this machine: a round at N = %d, T0 = %d needs "
+                  "about %.3g GB, it has %.3g GB",
+                  r.dim, r.max_parallelism, r.history, needed / 1e9, available / 1e9);
+    throw std::invalid_argument(text);
+  }
+}
+
+struct RawFlags {
+  std::string dim, parallelism = "4", history = "32", device = "cpu", threads = "0",
+                   efficiency = "0.5", gradient_noise, gradient_seconds, problem;
+};
+
+CommandLine resolve(const CLI::App& app, const RawFlags& raw) {
+  const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+  CommandLine cl;
+  optex::PlanRequest& r = cl.request;
+  if (given("--gradient-seconds") == given("--problem")) {
+    throw std::invalid_argument(
+        "give exactly one of --gradient-seconds (one gradient evaluation, measured by you) and "
+        "--problem (a shipped problem to time)");
+  }
+  r.dim = static_cast<std::size_t>(parse_integer("--dim", raw.dim, 1, 1LL << 50));
+  r.max_parallelism =
+      static_cast<int>(parse_integer("--parallelism", raw.parallelism, 1, optex::kMaxParallelism));
+  r.history = static_cast<int>(parse_integer("--history", raw.history, 1, optex::kMaxHistory));
+  r.threads = static_cast<int>(parse_integer("--threads", raw.threads, 0, optex::kMaxThreads));
+  r.efficiency = parse_real("--efficiency", raw.efficiency);
+  if (!(r.efficiency > 0.0 && r.efficiency <= 1.0)) {
+    reject("--efficiency", raw.efficiency, "must be in (0, 1]");
+  }
+  if (given("--gradient-noise")) {
+    r.gradient_noise = parse_real("--gradient-noise", raw.gradient_noise);
+    if (!(r.gradient_noise >= 0.0) || !std::isfinite(r.gradient_noise)) {
+      reject("--gradient-noise", raw.gradient_noise, "must be a finite number >= 0");
+    }
+  }
+  if (given("--gradient-seconds")) {
+    const double g = parse_real("--gradient-seconds", raw.gradient_seconds);
+    if (!(g > 0.0) || !std::isfinite(g)) {
+      reject("--gradient-seconds", raw.gradient_seconds, "must be a finite number > 0");
+    }
+    cl.gradient_seconds = g;
+    r.gradient_seconds = g;
+  } else {
+    bool known = false;
+    for (const char* name : kProblems) known = known || raw.problem == name;
+    if (!known) reject("--problem", raw.problem, "must be one of " + problem_names());
+    cl.problem = raw.problem;
+    r.gradient_seconds = 1.0;  // replaced by the problem's measured time
+  }
+  r.device = parse_device(raw.device);
+  check_memory(r);
+  r.validate();
+  return cl;
+}
+
+}  // namespace
+
+std::string problem_names() {
+  std::string names;
+  for (const char* name : kProblems) names += (names.empty() ? "" : ", ") + std::string(name);
+  return names;
+}
+
+std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
+  CLI::App app{
+      "optex-plan: will OptEx pay off here? Measures a round's overhead (ask() + tell()) on "
+      "this machine for a few N and T0, and recommends the plain optimizer, averaging or "
+      "OptEx for a gradient of the given cost (DESIGN.md section 4, \"The planner\")",
+      "optex-plan"};
+  app.footer(
+      "\nThe model: a round of P = N / D points advances 1 + e (P - 1) sequential steps and "
+      "takes gradient + overhead; the plain optimizer takes gradient + one plain step per "
+      "step. e (--efficiency) is an assumption: measure it on your problem (sequential "
+      "iterations to a loss against OptEx rounds to it).\n");
+  RawFlags raw;
+  app.add_option("--dim", raw.dim, "dimension d")->type_name("INT")->required();
+  app.add_option("--parallelism", raw.parallelism, "the most evaluations per round, N (4)")
+      ->type_name("INT");
+  app.add_option("--history", raw.history, "T0, the history you would run with (32)")
+      ->type_name("INT");
+  app.add_option("--device", raw.device, "cpu, cuda or cuda:<index> (cpu)")->type_name("DEVICE");
+  app.add_option("--threads", raw.threads, "Options::threads; 0: every core (0)")->type_name("INT");
+  app.add_option("--efficiency", raw.efficiency,
+                 "e in (0, 1]: a round of P points advances 1 + e (P - 1) steps (0.5)")
+      ->type_name("FLOAT");
+  app.add_option("--gradient-noise", raw.gradient_noise,
+                 "rho = noise variance / squared gradient norm of one evaluation (unknown)")
+      ->type_name("FLOAT");
+  app.add_option("--gradient-seconds", raw.gradient_seconds,
+                 "seconds of one gradient evaluation, measured by you")
+      ->type_name("FLOAT");
+  app.add_option("--problem", raw.problem,
+                 "or time one of the shipped problems at --dim: " + problem_names())
+      ->type_name("NAME");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);
+    return status == 0 ? 0 : 2;
+  }
+  try {
+    return resolve(app, raw);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "optex-plan: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace optex_plan
