@@ -11,6 +11,8 @@
 //   BM_Triad                the triad, every core; its bandwidth is the roofline's
 //   BM_Round/d/T0/N         Options{} (the library's defaults) with N and T0,
 //                           Adam; every core
+//   BM_RoundOneThread/...   two of those cases on one thread, for what the
+//                           other cores add
 //   BM_RoundReference/...   the authors' reference settings: Options::reference(5)
 //                           (T0 = 50, no lengthscale selection, the commit from
 //                           the last point) at d = 1e5
@@ -86,6 +88,13 @@ optex::RoundShape shape_of(const benchmark::State& state) {
 
 void BM_Round(benchmark::State& state) { run_rounds(state, shape_of(state), optex::Options{}); }
 
+// The same round on one thread: what the other cores add, side by side.
+void BM_RoundOneThread(benchmark::State& state) {
+  optex::RoundShape shape = shape_of(state);
+  shape.threads = 1;
+  run_rounds(state, shape, optex::Options{});
+}
+
 void BM_RoundReference(benchmark::State& state) {
   run_rounds(state, shape_of(state), optex::Options::reference(5));
 }
@@ -120,10 +129,15 @@ int main(int argc, char** argv) {
   for (const Case c : cases) {
     configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({c.d, c.t0, c.n}), c.d);
   }
+  for (const Case c : {Case{1'000'000, 32, 4}, Case{10'000'000, 32, 4}}) {
+    configure(benchmark::RegisterBenchmark("BM_RoundOneThread", BM_RoundOneThread)
+                  ->Args({c.d, c.t0, c.n}),
+              c.d);
+  }
   // The authors' settings, with their options and with the library's defaults.
-  configure(benchmark::RegisterBenchmark("BM_RoundReference", BM_RoundReference)
-                ->Args({100'000, 50, 5}),
-            100'000);
+  configure(
+      benchmark::RegisterBenchmark("BM_RoundReference", BM_RoundReference)->Args({100'000, 50, 5}),
+      100'000);
   configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({100'000, 50, 5}), 100'000);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

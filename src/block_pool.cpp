@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "optex/thread_pool.hpp"
 
@@ -29,7 +31,9 @@ int available_cores() {
   return n > 0 ? static_cast<int>(std::min<unsigned>(n, kMaxThreads)) : 1;
 }
 
-BlockPool::BlockPool(int threads) {
+BlockPool::BlockPool(int threads) : BlockPool(threads, detail::ThreadStarter{}) {}
+
+BlockPool::BlockPool(int threads, detail::ThreadStarter start) : start_(std::move(start)) {
   if (threads < 0 || threads > kMaxThreads) {
     throw std::invalid_argument("threads: must be in [0, " + std::to_string(kMaxThreads) +
                                 "] (0: every core), got " + std::to_string(threads));
@@ -50,11 +54,16 @@ void BlockPool::for_blocks(std::size_t blocks, std::size_t bytes_per_block,
   const std::size_t bytes = blocks * std::max<std::size_t>(bytes_per_block, 1);
   const std::size_t worth = std::max<std::size_t>(bytes / kMinBytesPerThread, 1);
   const std::size_t tasks = std::min({static_cast<std::size_t>(threads_), worth, blocks});
-  if (tasks > 1 && !pool_) {
-    pool_ = std::make_unique<ThreadPool>(threads_);
-    owner_pid_ = static_cast<int>(getpid());
+  if (tasks > 1 && !pool_ && !start_failed_) {
+    try {
+      pool_ = start_ ? std::make_unique<ThreadPool>(threads_, start_)
+                     : std::make_unique<ThreadPool>(threads_);
+      owner_pid_ = static_cast<int>(getpid());
+    } catch (const std::system_error&) {
+      start_failed_ = true;  // the ThreadPool has joined the ones it started
+    }
   }
-  if (tasks <= 1 || owner_pid_ != static_cast<int>(getpid())) {
+  if (tasks <= 1 || !pool_ || owner_pid_ != static_cast<int>(getpid())) {
     body(0, blocks);
     return;
   }

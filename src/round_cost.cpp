@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -75,53 +76,63 @@ Options shape_options(const RoundShape& shape) {
 
 }  // namespace
 
-RoundCost measure_round_cost(const RoundShape& shape, int rounds) {
-  const Options options = shape_options(shape);
-  require_count("rounds", rounds, 1);
+RoundRig::RoundRig(const RoundShape& shape, const Options& base) {
+  Options options = base;
+  const Options checked = shape_options(shape);
+  options.parallelism = checked.parallelism;
+  options.history = checked.history;
+  options.device = checked.device;
+  options.threads = checked.threads;
+  options.validate();
   const std::size_t d = shape.dim;
   const int n = shape.parallelism;
-
   std::vector<float> x0(d);
   fill_uniform(x0, kPointSeed);
-  Engine engine(x0, Adam{.lr = kLearningRate}, options);
+  engine_ = std::make_unique<Engine>(x0, Adam{.lr = kLearningRate}, options);
   x0 = {};
-  std::vector<float> gradients(static_cast<std::size_t>(n) * d);
-  fill_uniform(gradients, kGradientSeed);
+  gradients_.resize(static_cast<std::size_t>(n) * d);
+  fill_uniform(gradients_, kGradientSeed);
   // Falling losses: the commit steps from the last point (ContinueFrom::best_loss).
-  std::vector<double> losses(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) losses[static_cast<std::size_t>(i)] = 1.0 - 0.01 * i;
+  losses_.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) losses_[static_cast<std::size_t>(i)] = 1.0 - 0.01 * i;
+  const int fill = (shape.history + n - 1) / n + 1;
+  for (int r = 0; r < fill; ++r) (void)round();
+}
 
-  // One round; the evaluation between ask() and tell() is not timed.
+RoundRig::~RoundRig() = default;
+
+RoundTimes RoundRig::round() {
   // device_iterate() drains a device engine's stream, so its work is inside
   // the time; on the CPU it returns at once.
-  const auto round = [&](double& ask_seconds, double& tell_seconds) {
-    auto start = Clock::now();
-    Batch& batch = engine.ask();
-    (void)engine.device_iterate();
-    ask_seconds = seconds_since(start);
-    for (int i = 0; i < batch.size(); ++i) {
-      batch.set_gradient(
-          i, std::span<const float>(gradients).subspan(static_cast<std::size_t>(i) * d, d));
-      batch.loss(i) = losses[static_cast<std::size_t>(i)];
-    }
-    batch.upload_staged_gradients();
-    start = Clock::now();
-    engine.tell(batch);
-    (void)engine.device_iterate();
-    tell_seconds = seconds_since(start);
-  };
+  const std::size_t d = engine_->dim();
+  RoundTimes t;
+  auto start = Clock::now();
+  Batch& batch = engine_->ask();
+  (void)engine_->device_iterate();
+  t.ask_seconds = seconds_since(start);
+  for (int i = 0; i < batch.size(); ++i) {
+    batch.set_gradient(
+        i, std::span<const float>(gradients_).subspan(static_cast<std::size_t>(i) * d, d));
+    batch.loss(i) = losses_[static_cast<std::size_t>(i)];
+  }
+  batch.upload_staged_gradients();
+  start = Clock::now();
+  engine_->tell(batch);
+  (void)engine_->device_iterate();
+  t.tell_seconds = seconds_since(start);
+  return t;
+}
 
-  const int fill = (shape.history + n - 1) / n + 1;
-  double ask_seconds = 0.0;
-  double tell_seconds = 0.0;
-  for (int r = 0; r < fill; ++r) round(ask_seconds, tell_seconds);
-
+RoundCost measure_round_cost(const RoundShape& shape, int rounds) {
+  (void)shape_options(shape);
+  require_count("rounds", rounds, 1);
+  RoundRig rig(shape);
   std::vector<double> asks, tells, totals;
   for (int r = 0; r < rounds; ++r) {
-    round(ask_seconds, tell_seconds);
-    asks.push_back(ask_seconds);
-    tells.push_back(tell_seconds);
-    totals.push_back(ask_seconds + tell_seconds);
+    const RoundTimes t = rig.round();
+    asks.push_back(t.ask_seconds);
+    tells.push_back(t.tell_seconds);
+    totals.push_back(t.ask_seconds + t.tell_seconds);
   }
   return {.seconds = median(totals),
           .ask_seconds = median(asks),

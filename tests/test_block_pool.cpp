@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "optex/block_pool.hpp"
@@ -80,6 +84,24 @@ TEST(BlockPool, RefusesThreadCountsOutsideItsRangeNamingThem) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(threads)), std::string::npos);
     }
   }
+}
+
+TEST(BlockPool, WhenTheOSRefusesAWorkerEveryPassRunsOnTheCaller) {
+  std::atomic<int> attempts{0};
+  const optex::detail::ThreadStarter refuse = [&](int index, std::function<void()> work) {
+    ++attempts;
+    if (index == 1) throw std::system_error(EAGAIN, std::generic_category());
+    return std::thread(std::move(work));
+  };
+  optex::BlockPool pool(3, refuse);
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<std::pair<std::size_t, std::size_t>> runs;
+    pool.for_blocks(12, kBigBlock,
+                    [&](std::size_t first, std::size_t last) { runs.emplace_back(first, last); });
+    ASSERT_EQ(runs.size(), 1u) << "pass " << pass;  // the caller alone, in one run
+    EXPECT_EQ(runs[0], std::make_pair(std::size_t{0}, std::size_t{12}));
+  }
+  EXPECT_EQ(attempts.load(), 2);  // tried once, not at every pass
 }
 
 TEST(BlockPool, ZeroMeansEveryCoreThisProcessMayUse) {

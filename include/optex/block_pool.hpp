@@ -16,9 +16,9 @@
 #include <functional>
 #include <memory>
 
-namespace optex {
+#include "optex/thread_pool.hpp"
 
-class ThreadPool;
+namespace optex {
 
 // Coordinates per block: 16 KiB of floats, so a block of a few rows and the
 // query stays in L2 while every kernel of a fused pass reads it.
@@ -36,8 +36,12 @@ class BlockPool {
   // std::invalid_argument. One thread runs every pass on the caller. The
   // workers start at the first pass large enough to use them, so an engine
   // on a small problem never starts any; in a process forked after they
-  // started (where they do not exist) every pass runs on the caller.
+  // started (where they do not exist) every pass runs on the caller. Threads
+  // only make a pass faster: when the OS refuses to start them, every pass
+  // runs on the caller instead, with the same results.
   explicit BlockPool(int threads = 1);
+  // Starts its workers with `start` (tests: a starter that fails).
+  BlockPool(int threads, detail::ThreadStarter start);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -59,6 +63,8 @@ class BlockPool {
   int threads_;
   mutable std::unique_ptr<ThreadPool> pool_;  // started by the first pass that needs it
   mutable int owner_pid_ = 0;                 // the process that started it
+  mutable bool start_failed_ = false;         // the OS refused a worker: run on the caller
+  detail::ThreadStarter start_;               // empty: std::thread
 };
 
 // How many blocks cover `n` coordinates.

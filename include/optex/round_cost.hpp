@@ -26,8 +26,11 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <vector>
 
 #include "optex/device.hpp"
+#include "optex/options.hpp"
 
 namespace optex {
 
@@ -47,14 +50,43 @@ struct RoundCost {
   int rounds = 0;           // rounds timed
 };
 
-// Runs an Engine (Adam lr 1e-3; Options{} but for the shape's parallelism,
-// history, device and threads) from a random x0 (uniform in [-1, 1], fixed
-// seed) and feeds it precomputed random gradients (N x d, uniform in [-1, 1],
-// fixed seed) and losses that fall along the batch, so that every commit steps
-// from the last point. The first ceil(T0 / N) + 1 rounds fill the history
-// untimed; then `rounds` rounds are timed with std::chrono::steady_clock.
-// Writing the gradients into the batch (the evaluation) is never timed.
-// Throws std::invalid_argument naming the field for a shape Options refuses
+// One round's two halves, in seconds.
+struct RoundTimes {
+  double ask_seconds = 0;
+  double tell_seconds = 0;
+};
+
+class Engine;
+
+// An engine of a given shape, with its history full, whose rounds can be
+// timed one by one: what measure_round_cost and bench/bench_round.cpp share.
+// Adam lr 1e-3 from a random x0 (uniform in [-1, 1], fixed seed), fed
+// precomputed random gradients (N x d, uniform in [-1, 1], fixed seed) and
+// losses that fall along the batch, so that every commit steps from the last
+// point. `base` gives every option but the shape's parallelism, history,
+// device and threads. The constructor runs ceil(T0 / N) + 1 untimed rounds
+// (the history is full after them). Throws like measure_round_cost.
+class RoundRig {
+ public:
+  explicit RoundRig(const RoundShape& shape, const Options& base = Options{});
+  ~RoundRig();
+  RoundRig(const RoundRig&) = delete;
+  RoundRig& operator=(const RoundRig&) = delete;
+
+  // One round: ask() and tell() timed apart with std::chrono::steady_clock;
+  // writing the gradients into the batch (the evaluation) between them is not.
+  // On a device, each half ends when the device has finished it.
+  RoundTimes round();
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::vector<float> gradients_;
+  std::vector<double> losses_;
+};
+
+// Builds a RoundRig of Options{} with the shape and times `rounds` rounds
+// after the ones that fill the history: the medians of ask(), tell() and
+// their sum. Throws std::invalid_argument naming the field for a shape Options refuses
 // (dim 0, N or T0 out of range, threads out of range) or rounds < 1, before
 // allocating anything; std::invalid_argument from the Engine for a device this
 // build or machine lacks, std::bad_alloc or std::runtime_error when the round
