@@ -59,3 +59,28 @@ def test_a_checkpoint_leaves_the_thread_count_out(tmp_path: pathlib.Path) -> Non
     restored.set_threads(3)
     assert restored.options == opt.options
     assert [float_hex(opt.x)] == [float_hex(restored.x)]
+
+
+def test_the_torch_facade_takes_threads_and_ranks_need_not_agree_on_it() -> None:
+    torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch)")
+    from optex.torch import OptEx
+    from optex.torch import hyperparameters
+
+    model = torch.nn.Linear(3, 2)
+    data = torch.ones(4, 3)
+    opt = OptEx(model.parameters(), lr=1e-2, parallelism=2, threads=2)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(data).square().mean()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    assert opt.engine.options.threads == 2
+    with pytest.raises(ValueError, match="threads"):
+        OptEx(model.parameters(), lr=1e-2, threads=-1)
+    one = optex.Options(threads=1)
+    many = optex.Options(threads=7)
+    assert hyperparameters.options_key(one) == hyperparameters.options_key(many)
+    assert hyperparameters.options_key(one) != hyperparameters.options_key(optex.Options(history=9))

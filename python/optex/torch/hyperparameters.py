@@ -57,6 +57,7 @@ OPTION_FIELDS = (
     "trust_region",
     "max_lengthscale_change",
     "device",
+    "threads",
     "history_precision",
 )
 
@@ -226,5 +227,7 @@ def options_on(options: Options, device: str) -> Options:
 
 
 def options_key(options: Options) -> str:
-    """Options without the device (ranks may run their engines on different GPUs)."""
-    return ",".join(f"{name}={getattr(options, name)!r}" for name in OPTION_FIELDS if name != "device")
+    """Options without the device and the threads (ranks may run their engines on different
+    GPUs, and on machines with different cores: neither changes the results)."""
+    return ",".join(f"{name}={getattr(options, name)!r}" for name in OPTION_FIELDS
+                    if name not in ("device", "threads"))

@@ -92,8 +92,10 @@ class OptEx(torch.optim.Optimizer):
     ``lengthscale_selection``, ``selection_interval``, ``lengthscale_grid``,
     ``proxy``, ``seed``, ``evaluations_per_point``, ``strategy``,
     ``continue_from``, ``max_posterior_variance``, ``trust_region``,
-    ``max_lengthscale_change``, ``device`` and ``history_precision`` set the
-    fields of ``optex.Options`` (defaults: the C++ ones); ``options`` passes a
+    ``max_lengthscale_change``, ``device``, ``threads`` (the CPU's passes over
+    the parameters; 0: every core, the same results on any count) and
+    ``history_precision`` set the fields of ``optex.Options`` (defaults: the
+    C++ ones); ``options`` passes a
     whole ``optex.Options`` (``optex.Options.adaptive(N)`` for the robust
     configuration) that the keywords then override, all validated together.
     With ``evaluations_per_point`` D > 1 the N evaluations of a round are N / D
@@ -267,6 +269,7 @@ class OptEx(torch.optim.Optimizer):
         trust_region: float | None = None,
         max_lengthscale_change: float | None = None,
         device: str | torch.device | None = None,
+        threads: int | None = None,
         history_precision: str | None = None,
         drop_nonfinite: bool = False,
         buffers: Any = None,
@@ -303,6 +306,7 @@ class OptEx(torch.optim.Optimizer):
             "max_posterior_variance": max_posterior_variance,
             "trust_region": trust_region,
             "max_lengthscale_change": max_lengthscale_change,
+            "threads": threads,
             "history_precision": history_precision,
         })
         if device is not None and not isinstance(device, (str, torch.device)):
