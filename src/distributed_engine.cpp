@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "optex/block_pool.hpp"
 #include "optex/data_parallel.hpp"
 #include "optex/detail/configuration_fingerprint.hpp"
 #include "optex/random.hpp"
@@ -230,6 +231,15 @@ DistributedEngine::DistributedEngine(Engine engine, Communicator& communicator,
                        engine_.dim());
   }
   check_same_state();
+  share_the_cores();
+}
+
+void DistributedEngine::share_the_cores() {
+  // Every rank runs the same passes on its own copy at the same time: ranks on
+  // one machine each take their share of its cores rather than all of them.
+  if (engine_.options().threads != 0 || engine_.device().is_cuda()) return;
+  const int sharing = std::max(1, world_->node_local().size);
+  engine_.set_threads(std::max(1, available_cores() / sharing));
 }
 
 DistributedEngine::DistributedEngine(DistributedEngine&&) noexcept = default;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "distributed_scenarios.hpp"
+#include "optex/block_pool.hpp"
 #include "optex/in_process_communicator.hpp"
 #include "run_on_ranks.hpp"
 
@@ -85,6 +87,19 @@ TEST_P(Distributed, DisagreeingUnchangedRangesAreRefusedOnEveryRank) {
 
 TEST_P(Distributed, LocalMisuseThrowsWithoutCommunicating) {
   RunOnRanks(GetParam(), CheckLocalMisuse);
+}
+
+// W ranks as threads of one process share its cores; an explicit count is kept.
+TEST_P(Distributed, RanksOnOneMachineShareItsCores) {
+  const int world = GetParam();
+  RunOnRanks(world, [world](Communicator& comm) {
+    DistributedEngine shared(UniformStart(kDim, 1), Adam{.lr = 0.01}, WithN(4), comm);
+    EXPECT_EQ(shared.engine().options().threads, std::max(1, available_cores() / world));
+    Options explicit_count = WithN(4);
+    explicit_count.threads = 3;
+    DistributedEngine kept(UniformStart(kDim, 1), Adam{.lr = 0.01}, explicit_count, comm);
+    EXPECT_EQ(kept.engine().options().threads, 3);
+  });
 }
 
 // The hybrid layout: G groups of D data-parallel ranks equal one process that

@@ -118,7 +118,9 @@ class DistributedEngine {
   void save(const std::string& path);
 
   // Local, not collective: Engine::set_threads on this rank only (threads
-  // never change results, so ranks may differ).
+  // never change results, so ranks may differ). With Options::threads = 0 a
+  // CPU engine starts with its share of the machine's cores: available_cores()
+  // divided by the ranks on the same host (at least 1).
   void set_threads(int threads) { engine_.set_threads(threads); }
 
   // Collective: Engine::set_optimizer on every rank (a learning-rate schedule
@@ -184,6 +186,8 @@ class DistributedEngine {
   DistributedEngine(Engine engine, Communicator& communicator, DistributedOptions distributed);
   void check_same_configuration();
   void check_same_state();
+  // Options::threads = 0 on the CPU: this rank's share of the host's cores.
+  void share_the_cores();
   // The collectives of tell(), in order.
   void exchange_status_and_losses(Batch& batch, std::span<const CoordinateRange> unchanged);
   void average_over_group(Batch& batch, std::span<float> rows);

@@ -129,7 +129,8 @@ struct Options {
   // this process may run on. Every value gives the same results bit for bit.
   // It describes the machine, not the run: checkpoints and the ranks'
   // configuration agreement leave it out, and Engine::set_threads changes it.
-  // With several ranks on one machine, give each its share of the cores.
+  // A DistributedEngine turns 0 into its share: the cores over the ranks on
+  // the same host.
   int threads = 0;
   // Storage of the history's points and gradients (CUDA devices only;
   // arithmetic stays fp32 / fp64). See Precision for what bf16 costs.
