@@ -109,7 +109,7 @@ class CpuBackend final : public EngineBackend {
     const float* from = row - d;
     std::span<float> predicted(BatchAccess::predicted(batch) + static_cast<std::size_t>(i - 1) * d,
                                d);
-    copy(*pool_, from, row, d);
+    if (source != ProxySource::gp) copy(*pool_, from, row, d);  // gp_step copies in its pass
     switch (source) {
       case ProxySource::hold:
         std::fill(predicted.begin(), predicted.end(), 0.0f);
@@ -123,9 +123,8 @@ class CpuBackend final : public EngineBackend {
         break;
       }
       case ProxySource::gp:
-        estimator_.predict(history_, {from, d}, predicted, *pool_);
-        for (double w : estimator_.weights()) weights_finite_ = weights_finite_ && std::isfinite(w);
-        break;
+        gp_step(from, row, predicted);
+        return;
       case ProxySource::oracle:
         oracle({from, d}, predicted);
         break;
@@ -139,6 +138,34 @@ class CpuBackend final : public EngineBackend {
     const std::span<const float> points(BatchAccess::points(batch),
                                         static_cast<std::size_t>(batch.size()) * dim());
     return weights_finite_ && within(*pool_, points, bound_) && state_finite(*pool_, work_state_);
+  }
+
+  // A GP proxy step: the distance pass and the solve for the weights, then
+  // one pass that, block by block, forms the GP mean into `predicted`, copies
+  // the previous point into the row and steps it. The same bits as predict(),
+  // a copy and apply_step one after the other (DESIGN.md, "A round's passes").
+  void gp_step(const float* from, float* row, std::span<float> predicted) {
+    const std::size_t d = dim();
+    estimator_.weigh(history_, {from, d}, *pool_);
+    const std::span<const double> weights = estimator_.weights();
+    for (double w : weights) weights_finite_ = weights_finite_ && std::isfinite(w);
+    streaming::float_weights(weights.data(), weights.size(), float_weights_);
+    StepInParts step(optimizer_, {row, d}, work_state_, predicted);
+    const std::size_t rows = weights.size();
+    const std::size_t bytes_per_block =
+        (rows + 4 + 2 * static_cast<std::size_t>(work_state_.used().count())) * kCoordinateBlock *
+        sizeof(float);
+    pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
+      for (std::size_t b = first; b < last; ++b) {
+        const std::size_t lo = b * kCoordinateBlock;
+        const std::size_t hi = std::min(lo + kCoordinateBlock, d);
+        streaming::weighted_sum_range(history_.gradients_data(), rows, d, float_weights_.data(), lo,
+                                      hi, predicted.data());
+        std::copy(from + lo, from + hi, row + lo);
+        step.update(lo, hi);
+      }
+    });
+    step.finish();
   }
 
   double posterior_variance() const override { return estimator_.variance(); }
@@ -248,8 +275,9 @@ class CpuBackend final : public EngineBackend {
   GradientHistory history_;
   float bound_;  // magnitude_bound(d)
   GpGradientEstimator estimator_;
-  bool weights_finite_ = true;       // every GP weight of this batch's proxy steps
-  std::unique_ptr<BlockPool> pool_;  // the threads of every pass over d-vectors
+  bool weights_finite_ = true;        // every GP weight of this batch's proxy steps
+  std::vector<float> float_weights_;  // a GP proxy step's weights, as its weighted sum uses them
+  std::unique_ptr<BlockPool> pool_;   // the threads of every pass over d-vectors
 };
 
 }  // namespace

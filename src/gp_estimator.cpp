@@ -80,10 +80,18 @@ void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale
 
 void GpGradientEstimator::predict(const GradientHistory& history, std::span<const float> x,
                                   std::span<float> out, const BlockPool& pool) {
+  weigh(history, x, pool);
+  // Pass 2 over G: the weighted sum of history gradients.
+  streaming::weighted_sum(pool, history.gradients_data(), fitted_size_, history.dim(),
+                          weights_.data(), out.data());
+}
+
+void GpGradientEstimator::weigh(const GradientHistory& history, std::span<const float> x,
+                                const BlockPool& pool) {
   const std::size_t n = fitted_size_;
   const std::size_t d = history.dim();
   if (n == 0 || n != history.size() || fitted_version_ != history.version()) {
-    throw std::logic_error("gp estimator: predict() needs fit() on the current history");
+    throw std::logic_error("gp estimator: predict() and weigh() need fit() on the current history");
   }
   // Pass 1 over X: distances to every history point, then the kernel vector.
   const float* query = x.data();
@@ -100,8 +108,6 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
   for (std::size_t j = 0; j < n; ++j) explained += distances_[j] * k[static_cast<Eigen::Index>(j)];
   // Round-off may take it a hair below zero at a history point; the variance is not negative.
   variance_ = std::max(0.0, 1.0 - explained);
-  // Pass 2 over G: the weighted sum of history gradients.
-  streaming::weighted_sum(pool, history.gradients_data(), n, d, weights_.data(), out.data());
 }
 
 }  // namespace optex

@@ -7,6 +7,7 @@
 // errno semantics GCC cannot vectorise the loops around sqrt. sqrt is
 // correctly rounded either way, so results are unchanged bit for bit.
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -54,13 +55,12 @@ void update_with_layout(unsigned layout, float* x, const float* g, OptimizerStat
   if (!matched) throw std::logic_error("apply_step: a state layout beyond kMaxStateSlots");
 }
 
-// Every range of one kind O: its coefficients, then its coordinates, in
-// blocks on the pool's threads (each coordinate's update is independent of the
-// others, so the thread count cannot change a bit).
+// The update of coordinates [lo, hi) by every range of kind O that meets them,
+// each with the coefficients it had when the step began.
 template <class O>
-void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
-                 std::span<const float> g, const BlockPool& pool) {
-  const unsigned layout = s.used().bits;
+std::function<void(std::size_t, std::size_t)> range_updates(const OptimizerRanges& ranges,
+                                                            std::span<float> x, OptimizerState& s,
+                                                            std::span<const float> g) {
   struct Span {
     std::size_t begin, end;
     typename O::Coefficients c;
@@ -74,20 +74,16 @@ void step_ranges(const OptimizerRanges& ranges, std::span<float> x, OptimizerSta
         {begin, end, std::get<O>(range.optimizer).coefficients(range.local_step(s.step))});
     begin = end;
   }
-  const std::size_t bytes_per_block =
-      (3 + 2 * static_cast<std::size_t>(s.used().count())) * kCoordinateBlock * sizeof(float);
-  pool.for_blocks(block_count(x.size()), bytes_per_block, [&](std::size_t first, std::size_t last) {
-    const std::size_t lo = first * kCoordinateBlock;
-    const std::size_t hi = std::min(last * kCoordinateBlock, x.size());
-    for (const Span& sp : spans) {
-      const std::size_t b = std::max(sp.begin, lo);
-      const std::size_t e = std::min(sp.end, hi);
-      if (b >= e) continue;
-      update_with_layout<O>(layout, x.data(), g.data(), s, b, e, sp.c,
-                            std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
-    }
-  });
-  ++s.step;
+  return
+      [spans = std::move(spans), layout = s.used().bits, x, &s, g](std::size_t lo, std::size_t hi) {
+        for (const Span& sp : spans) {
+          const std::size_t b = std::max(sp.begin, lo);
+          const std::size_t e = std::min(sp.end, hi);
+          if (b >= e) continue;
+          update_with_layout<O>(layout, x.data(), g.data(), s, b, e, sp.c,
+                                std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
+        }
+      };
 }
 
 void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState& s,
@@ -114,8 +110,9 @@ void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState&
 
 }  // namespace
 
-void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
-                std::span<const float> g, const BlockPool& pool) {
+StepInParts::StepInParts(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                         std::span<const float> g)
+    : state_(&s), dim_(x.size()) {
   std::size_t dim = x.size();
   if (!ranges.covers_any_dimension()) {
     const std::optional<std::size_t> total = total_size(ranges.ranges());
@@ -127,9 +124,31 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
   }
   check_sizes(dim, x, s, g, ranges.state_slots());
   check_step_offsets(ranges, s.step);
-  std::visit(
-      [&](const auto& first) { step_ranges<std::decay_t<decltype(first)>>(ranges, x, s, g, pool); },
+  update_ = std::visit(
+      [&](const auto& first) {
+        return range_updates<std::decay_t<decltype(first)>>(ranges, x, s, g);
+      },
       ranges.front());
+}
+
+void StepInParts::update(std::size_t begin, std::size_t end) const {
+  update_(begin, std::min(end, dim_));
+}
+
+void StepInParts::finish() {
+  if (!finished_) ++state_->step;
+  finished_ = true;
+}
+
+void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+                std::span<const float> g, const BlockPool& pool) {
+  StepInParts step(ranges, x, s, g);
+  const std::size_t bytes_per_block =
+      (3 + 2 * static_cast<std::size_t>(s.used().count())) * kCoordinateBlock * sizeof(float);
+  pool.for_blocks(block_count(x.size()), bytes_per_block, [&](std::size_t first, std::size_t last) {
+    step.update(first * kCoordinateBlock, last * kCoordinateBlock);
+  });
+  step.finish();
 }
 
 void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,

@@ -19,7 +19,6 @@ namespace {
 
 constexpr std::size_t kBlock = kCoordinateBlock;
 constexpr std::size_t kRows = 4;
-constexpr std::size_t kMaxRowsOnStack = 256;
 
 using Packet = Eigen::internal::packet_traits<float>::type;
 constexpr std::size_t kLanes =
@@ -205,39 +204,43 @@ void inner_products(const BlockPool& pool, const float* rows, std::size_t nrows,
   all_pairs<false>(pool, rows, nrows, dim, queries, out, nullptr);
 }
 
+void float_weights(const double* weights, std::size_t nrows, std::vector<float>& out) {
+  out.resize(nrows);
+  for (std::size_t j = 0; j < nrows; ++j) out[j] = static_cast<float>(weights[j]);
+}
+
+void weighted_sum_range(const float* rows, std::size_t nrows, std::size_t dim, const float* w,
+                        std::size_t begin, std::size_t end, float* out) {
+  end = std::min(end, dim);
+  for (std::size_t lo = begin; lo < end; lo += kBlock) {
+    const std::size_t len = std::min(kBlock, end - lo);
+    float* __restrict o = out + lo;
+    std::fill(o, o + len, 0.0f);
+    std::size_t j = 0;
+    for (; j + kRows <= nrows; j += kRows) {
+      const float* __restrict r0 = rows + j * dim + lo;
+      const float* __restrict r1 = r0 + dim;
+      const float* __restrict r2 = r1 + dim;
+      const float* __restrict r3 = r2 + dim;
+      const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+      for (std::size_t i = 0; i < len; ++i)
+        o[i] += (w0 * r0[i] + w1 * r1[i]) + (w2 * r2[i] + w3 * r3[i]);
+    }
+    for (; j < nrows; ++j) {
+      const float* __restrict r = rows + j * dim + lo;
+      const float wj = w[j];
+      for (std::size_t i = 0; i < len; ++i) o[i] += wj * r[i];
+    }
+  }
+}
+
 void weighted_sum(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
                   const double* weights, float* out) {
-  std::array<float, kMaxRowsOnStack> w_small{};
-  std::vector<float> w_large;
-  float* w = w_small.data();
-  if (nrows > kMaxRowsOnStack) {
-    w_large.resize(nrows);
-    w = w_large.data();
-  }
-  for (std::size_t j = 0; j < nrows; ++j) w[j] = static_cast<float>(weights[j]);
+  std::vector<float> w;
+  float_weights(weights, nrows, w);
   const std::size_t bytes_per_block = (nrows + 1) * kBlock * sizeof(float);
   pool.for_blocks(block_count(dim), bytes_per_block, [&](std::size_t first, std::size_t last) {
-    for (std::size_t b = first; b < last; ++b) {
-      const std::size_t begin = b * kBlock;
-      const std::size_t len = block_length(b, dim);
-      float* __restrict o = out + begin;
-      std::fill(o, o + len, 0.0f);
-      std::size_t j = 0;
-      for (; j + kRows <= nrows; j += kRows) {
-        const float* __restrict r0 = rows + j * dim + begin;
-        const float* __restrict r1 = r0 + dim;
-        const float* __restrict r2 = r1 + dim;
-        const float* __restrict r3 = r2 + dim;
-        const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
-        for (std::size_t i = 0; i < len; ++i)
-          o[i] += (w0 * r0[i] + w1 * r1[i]) + (w2 * r2[i] + w3 * r3[i]);
-      }
-      for (; j < nrows; ++j) {
-        const float* __restrict r = rows + j * dim + begin;
-        const float wj = w[j];
-        for (std::size_t i = 0; i < len; ++i) o[i] += wj * r[i];
-      }
-    }
+    weighted_sum_range(rows, nrows, dim, w.data(), first * kBlock, last * kBlock, out);
   });
 }
 

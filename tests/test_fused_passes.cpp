@@ -1,7 +1,9 @@
 // The fused passes against the unfused ones they replace, bit for bit
 // (DESIGN.md, "A round's passes"): all new rows of the history's statistics
 // from one pass over the points and one over the gradients, several queries
-// per pass, and a prediction's four statistics from one pass over the pair.
+// per pass, a prediction's four statistics from one pass over the pair, and a
+// GP proxy step's mean, copy and update in one pass (with StepInParts, the
+// optimizer update in parts).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,8 +14,13 @@
 
 #include "engine_equality.hpp"
 #include "optex/block_pool.hpp"
+#include "optex/engine.hpp"
+#include "optex/gp_estimator.hpp"
 #include "optex/gradient_history.hpp"
+#include "optex/optimizer_ranges.hpp"
+#include "optex/options.hpp"
 #include "optex/streaming.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -153,6 +160,81 @@ TEST(FusedPush, NoPairsChangesNothingAndMismatchedListsAreRefusedBeforeAnyWrite)
   EXPECT_TRUE(SameHistory(history, before));
   EXPECT_THROW(history.push(std::span<const float>(x.data(), 15), g), std::invalid_argument);
   EXPECT_TRUE(SameHistory(history, before));
+}
+
+// ---- a GP proxy step: weights, then the GP mean, the copy and the update in one pass ----
+
+TEST(FusedProxyStep, TheEnginesProxyPointsArePredictCopyAndApplyStepBitForBit) {
+  constexpr std::size_t kDim = 3 * 4096 + 77;
+  optex::Options options;
+  options.parallelism = 4;
+  options.history = 6;
+  options.lengthscale_selection = optex::LengthscaleSelection::fixed;
+  options.lengthscale = 30.0;
+  options.threads = 3;
+  const optex::OptimizerRanges ranges(
+      {{kDim / 3, optex::adamw(1e-2, 0.1)}, {kDim - kDim / 3, optex::adamw(3e-3, 0.0)}});
+  optex::Engine engine(random_floats(kDim, 9), ranges, options);
+  const optex::test::Quartic objective;
+  for (int round = 0; round < 4; ++round) {  // fills the history past its capacity
+    optex::Batch& batch = engine.ask();
+    for (int i = 0; i < batch.size(); ++i)
+      batch.loss(i) = objective.EvaluateWithGradient(batch.point(i), batch.grad(i));
+    engine.tell(batch);
+  }
+  // The reference: the unfused calls, on copies of what the engine steps from.
+  const GradientHistory history = engine.history();
+  optex::OptimizerState state = engine.optimizer_state();
+  optex::GpGradientEstimator estimator(options.kernel, options.noise, options.input_scaling,
+                                       static_cast<std::size_t>(options.history));
+  estimator.fit(history, engine.lengthscale());
+  std::vector<float> x(engine.iterate().begin(), engine.iterate().end());
+  const optex::Batch& batch = engine.ask();
+  const optex::OptimizerRanges sized = ranges.for_dimension(kDim);
+  std::vector<float> predicted(kDim);
+  for (int i = 0; i + 1 < batch.size(); ++i) {
+    estimator.predict(history, x, predicted);
+    optex::apply_step(sized, x, state, predicted);
+    ASSERT_TRUE(BitEqual(batch.predicted_gradient(i), predicted)) << "point " << i;
+    ASSERT_TRUE(BitEqual(batch.point(i + 1), x)) << "point " << i + 1;
+  }
+}
+
+TEST(StepInParts, AnyPartsInAnyOrderEqualApplyStepAndAStepCountsOnce) {
+  constexpr std::size_t kDim = 10'001;
+  const optex::OptimizerRanges ranges(
+      {{3000, optex::adamw(1e-3, 0.05)}, {kDim - 3000, optex::adamw(2e-3, 0.0)}});
+  std::vector<float> x_whole = random_floats(kDim, 1);
+  std::vector<float> x_parts = x_whole;
+  const std::vector<float> g = random_floats(kDim, 2);
+  optex::OptimizerState s_whole = optex::init_state(ranges, kDim);
+  optex::OptimizerState s_parts = s_whole;
+  optex::apply_step(ranges, x_whole, s_whole, g);
+  optex::StepInParts step(ranges, x_parts, s_parts, g);
+  // Backwards, across the range boundary, the last part running past the end.
+  step.update(9000, 20'000);
+  step.update(2999, 9000);
+  step.update(0, 2999);
+  step.finish();
+  step.finish();
+  EXPECT_TRUE(BitEqual(x_whole, x_parts));
+  EXPECT_TRUE(optex::test::StateBitEqual(s_whole, s_parts));
+  EXPECT_EQ(s_parts.step, 1);
+}
+
+TEST(StepInParts, RefusesWhatApplyStepRefusesBeforeWriting) {
+  const optex::OptimizerRanges ranges(optex::Adam{.lr = 1e-3});
+  std::vector<float> x = random_floats(16, 3);
+  const std::vector<float> short_g = random_floats(15, 4);
+  optex::OptimizerState s = optex::init_state(ranges, 16);
+  const std::vector<float> x_before = x;
+  EXPECT_THROW(optex::StepInParts(ranges.for_dimension(16), x, s, short_g), std::invalid_argument);
+  optex::OptimizerState wrong = optex::init_state(optex::OptimizerRanges(optex::Sgd{}), 16);
+  const std::vector<float> g = random_floats(16, 5);
+  EXPECT_THROW(optex::StepInParts(ranges.for_dimension(16), x, wrong, g), std::invalid_argument);
+  EXPECT_TRUE(BitEqual(x, x_before));
+  EXPECT_EQ(s.step, 0);
+  EXPECT_EQ(wrong.step, 0);
 }
 
 }  // namespace

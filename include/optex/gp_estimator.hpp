@@ -42,9 +42,16 @@ class GpGradientEstimator {
   void predict(const GradientHistory& history, std::span<const float> x, std::span<float> out,
                const BlockPool& pool = BlockPool::serial());
 
-  // The weights of the last predict(): mu = sum_j weights[j] * g_j.
+  // predict() without its last pass: the distances to x, the kernel vector,
+  // the weights and the variance, leaving mu = sum_j weights()[j] * g_j to
+  // the caller (streaming::weighted_sum, or a pass that fuses it). Requires
+  // fit() on this same history.
+  void weigh(const GradientHistory& history, std::span<const float> x,
+             const BlockPool& pool = BlockPool::serial());
+
+  // The weights of the last predict() or weigh(): mu = sum_j weights[j] * g_j.
   std::span<const double> weights() const { return {weights_.data(), fitted_size_}; }
-  // The GP posterior variance at the x of the last predict(), in units of the
+  // The GP posterior variance at the x of the last predict() or weigh(), in units of the
   // prior variance k(x, x) = 1: about `noise` at a history point, 1 far from all.
   double variance() const { return variance_; }
   double jitter() const { return jitter_; }

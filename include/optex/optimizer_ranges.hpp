@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -102,6 +103,27 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
 // same bits on any number of threads.
 void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
                 std::span<const float> g, const BlockPool& pool);
+
+// One apply_step in parts, for a pass that fuses the update with other work
+// block by block (the CPU's proxy step): the constructor checks what
+// apply_step checks and takes each range's coefficients at the state's step;
+// update(begin, end) updates coordinates [begin, end) (clipped to x), from
+// any thread, for disjoint parts; finish() advances s.step once. Updating
+// every coordinate once, in any parts and order, then finish(), equals
+// apply_step bit for bit. x, s and g must outlive it.
+class StepInParts {
+ public:
+  StepInParts(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
+              std::span<const float> g);
+  void update(std::size_t begin, std::size_t end) const;
+  void finish();
+
+ private:
+  std::function<void(std::size_t, std::size_t)> update_;
+  OptimizerState* state_;
+  std::size_t dim_;
+  bool finished_ = false;
+};
 
 inline OptimizerState init_state(const OptimizerRanges& ranges, std::size_t dim) {
   return zero_state(ranges.state_slots(), dim);

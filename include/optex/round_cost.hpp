@@ -11,7 +11,8 @@
 // commit from the last point; d = dim, T0 = history, N = parallelism.
 // DESIGN.md section 4, "A round's passes", has the table:
 //   ask:  begin (copy x to the batch's first row, copy the state)   (2 + 2k) d
-//         each of the N - 1 proxy steps                              (2 T0 + 7 + 2k) d
+//         each of the N - 1 proxy steps: the distance pass, then
+//         the GP mean, the copy and the update in one pass           (2 T0 + 4 + 2k) d
 //         finite checks of the points and the state                  (N + k) d
 //   tell: finite check of the N gradients                            N d
 //         the staged step                                            (2 + 3 + 2k + 1 + k) d

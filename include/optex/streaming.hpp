@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "optex/block_pool.hpp"
 
@@ -29,9 +30,18 @@ void squared_distances(const BlockPool& pool, const float* rows, std::size_t nro
 void inner_products(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
                     std::span<const float* const> queries, double* out);
 
-// out = sum_j weights[j] * rows[j].
+// out = sum_j weights[j] * rows[j], summed in float with the weights rounded
+// to float (float_weights).
 void weighted_sum(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
                   const double* weights, float* out);
+
+// The parts of weighted_sum, for a pass that fuses it with other work block
+// by block: the weights as weighted_sum rounds them, and out[i] for i in
+// [begin, end) (clipped to dim; begin a multiple of kCoordinateBlock), the
+// same bits as weighted_sum gives there.
+void float_weights(const double* weights, std::size_t nrows, std::vector<float>& out);
+void weighted_sum_range(const float* rows, std::size_t nrows, std::size_t dim, const float* weights,
+                        std::size_t begin, std::size_t end, float* out);
 
 // <a, b>, returned as double.
 double dot(const BlockPool& pool, const float* a, const float* b, std::size_t dim);
