@@ -29,25 +29,17 @@ using optex::GradientHistory;
 using optex::test::BitEqual;
 using optex::test::SameBits;
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& e : v) e = u(rng);
-  return v;
-}
-
 // Dimensions below a block, across block boundaries, and split over threads.
 class FusedDim : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(FusedDim, SeveralQueriesInOnePassEqualOnePassPerQuery) {
   const std::size_t dim = GetParam();
   constexpr std::size_t kRows = 6;
-  const std::vector<float> rows = random_floats(kRows * dim, 1);
+  const std::vector<float> rows = optex::test::UniformStart(kRows * dim, 1);
   std::vector<std::vector<float>> queries;
   std::vector<const float*> pointers;
   for (unsigned q = 0; q < 3; ++q) {
-    queries.push_back(random_floats(dim, 10 + q));
+    queries.push_back(optex::test::UniformStart(dim, 10 + q));
     pointers.push_back(queries.back().data());
   }
   const BlockPool pool(3);
@@ -69,8 +61,8 @@ TEST_P(FusedDim, SeveralQueriesInOnePassEqualOnePassPerQuery) {
 
 TEST_P(FusedDim, APairsStatisticsFromOnePassEqualFourPasses) {
   const std::size_t dim = GetParam();
-  const std::vector<float> a = random_floats(dim, 2);
-  const std::vector<float> b = random_floats(dim, 3);
+  const std::vector<float> a = optex::test::UniformStart(dim, 2);
+  const std::vector<float> b = optex::test::UniformStart(dim, 3);
   const auto s = optex::streaming::pair_statistics(BlockPool(2), a.data(), b.data(), dim);
   double squared = 0.0;
   optex::streaming::squared_distances(a.data(), 1, dim, b.data(), &squared);
@@ -109,16 +101,16 @@ void PushBoth(GradientHistory& one, GradientHistory& fused, std::size_t before, 
               unsigned seed) {
   const std::size_t dim = one.dim();
   for (std::size_t k = 0; k < before; ++k) {
-    const auto x = random_floats(dim, seed + 100 + static_cast<unsigned>(k));
-    const auto g = random_floats(dim, seed + 200 + static_cast<unsigned>(k));
+    const auto x = optex::test::UniformStart(dim, seed + 100 + static_cast<unsigned>(k));
+    const auto g = optex::test::UniformStart(dim, seed + 200 + static_cast<unsigned>(k));
     one.push(x, g);
     fused.push(x, g);
   }
   std::vector<std::vector<float>> xs, gs;
   std::vector<const float*> xp, gp;
   for (std::size_t k = 0; k < count; ++k) {
-    xs.push_back(random_floats(dim, seed + 300 + static_cast<unsigned>(k)));
-    gs.push_back(random_floats(dim, seed + 400 + static_cast<unsigned>(k)));
+    xs.push_back(optex::test::UniformStart(dim, seed + 300 + static_cast<unsigned>(k)));
+    gs.push_back(optex::test::UniformStart(dim, seed + 400 + static_cast<unsigned>(k)));
   }
   for (std::size_t k = 0; k < count; ++k) {
     one.push(xs[k], gs[k]);
@@ -148,8 +140,8 @@ INSTANTIATE_TEST_SUITE_P(Dims, FusedDim, ::testing::Values(1, 1023, 4096, 9001, 
 
 TEST(FusedPush, NoPairsChangesNothingAndMismatchedListsAreRefusedBeforeAnyWrite) {
   GradientHistory history(4, 16);
-  const auto x = random_floats(16, 1);
-  const auto g = random_floats(16, 2);
+  const auto x = optex::test::UniformStart(16, 1);
+  const auto g = optex::test::UniformStart(16, 2);
   history.push(x, g);
   GradientHistory before = history;
   history.push_all({}, {});
@@ -174,7 +166,7 @@ TEST(FusedProxyStep, TheEnginesProxyPointsArePredictCopyAndApplyStepBitForBit) {
   options.threads = 3;
   const optex::OptimizerRanges ranges(
       {{kDim / 3, optex::adamw(1e-2, 0.1)}, {kDim - kDim / 3, optex::adamw(3e-3, 0.0)}});
-  optex::Engine engine(random_floats(kDim, 9), ranges, options);
+  optex::Engine engine(optex::test::UniformStart(kDim, 9), ranges, options);
   const optex::test::Quartic objective;
   for (int round = 0; round < 4; ++round) {  // fills the history past its capacity
     optex::Batch& batch = engine.ask();
@@ -204,9 +196,9 @@ TEST(StepInParts, AnyPartsInAnyOrderEqualApplyStepAndAStepCountsOnce) {
   constexpr std::size_t kDim = 10'001;
   const optex::OptimizerRanges ranges(
       {{3000, optex::adamw(1e-3, 0.05)}, {kDim - 3000, optex::adamw(2e-3, 0.0)}});
-  std::vector<float> x_whole = random_floats(kDim, 1);
+  std::vector<float> x_whole = optex::test::UniformStart(kDim, 1);
   std::vector<float> x_parts = x_whole;
-  const std::vector<float> g = random_floats(kDim, 2);
+  const std::vector<float> g = optex::test::UniformStart(kDim, 2);
   optex::OptimizerState s_whole = optex::init_state(ranges, kDim);
   optex::OptimizerState s_parts = s_whole;
   optex::apply_step(ranges, x_whole, s_whole, g);
@@ -224,13 +216,13 @@ TEST(StepInParts, AnyPartsInAnyOrderEqualApplyStepAndAStepCountsOnce) {
 
 TEST(StepInParts, RefusesWhatApplyStepRefusesBeforeWriting) {
   const optex::OptimizerRanges ranges(optex::Adam{.lr = 1e-3});
-  std::vector<float> x = random_floats(16, 3);
-  const std::vector<float> short_g = random_floats(15, 4);
+  std::vector<float> x = optex::test::UniformStart(16, 3);
+  const std::vector<float> short_g = optex::test::UniformStart(15, 4);
   optex::OptimizerState s = optex::init_state(ranges, 16);
   const std::vector<float> x_before = x;
   EXPECT_THROW(optex::StepInParts(ranges.for_dimension(16), x, s, short_g), std::invalid_argument);
   optex::OptimizerState wrong = optex::init_state(optex::OptimizerRanges(optex::Sgd{}), 16);
-  const std::vector<float> g = random_floats(16, 5);
+  const std::vector<float> g = optex::test::UniformStart(16, 5);
   EXPECT_THROW(optex::StepInParts(ranges.for_dimension(16), x, wrong, g), std::invalid_argument);
   EXPECT_TRUE(BitEqual(x, x_before));
   EXPECT_EQ(s.step, 0);

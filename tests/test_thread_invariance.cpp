@@ -31,14 +31,6 @@ using optex::test::SameEngine;
 constexpr std::size_t kDim = 3 * 65536 + 4099;  // 52 blocks, the last one partial
 constexpr std::size_t kRows = 7;                // one group of four rows and three single ones
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& e : v) e = u(rng);
-  return v;
-}
-
 bool SameDoubles(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
@@ -47,9 +39,9 @@ class ThreadCount : public ::testing::TestWithParam<int> {};
 
 TEST_P(ThreadCount, EveryStreamingPassGivesTheOneThreadBits) {
   const BlockPool pool(GetParam());
-  const std::vector<float> rows = random_floats(kRows * kDim, 1);
-  const std::vector<float> a = random_floats(kDim, 2);
-  const std::vector<float> b = random_floats(kDim, 3);
+  const std::vector<float> rows = optex::test::UniformStart(kRows * kDim, 1);
+  const std::vector<float> a = optex::test::UniformStart(kDim, 2);
+  const std::vector<float> b = optex::test::UniformStart(kDim, 3);
   const std::vector<const float*> queries = {a.data(), b.data()};
   const std::vector<double> weights = {0.5, -1.25, 2.0, 0.0, 0.75, 1e-3, -3.0};
 
@@ -86,7 +78,7 @@ TEST_P(ThreadCount, EveryStreamingPassGivesTheOneThreadBits) {
 
 TEST_P(ThreadCount, TheBoundCheckFindsOneBadValueInAnyBlock) {
   const BlockPool pool(GetParam());
-  std::vector<float> v = random_floats(kDim, 4);
+  std::vector<float> v = optex::test::UniformStart(kDim, 4);
   EXPECT_TRUE(optex::streaming::all_within_bound(pool, v.data(), v.size(), 1.0f));
   for (std::size_t at : {std::size_t{0}, kDim / 2, kDim - 1}) {
     for (float bad :
@@ -106,12 +98,12 @@ TEST_P(ThreadCount, TheOptimizerStepOverRangesGivesTheOneThreadBits) {
   const optex::OptimizerRanges ranges({{70001, optex::adamw(1e-3, 0.05)},
                                        {100, optex::adamw(3e-3, 0.0)},
                                        {kDim - 70101, optex::adamw(2e-4, 0.1)}});
-  std::vector<float> x_serial = random_floats(kDim, 5);
+  std::vector<float> x_serial = optex::test::UniformStart(kDim, 5);
   std::vector<float> x_pooled = x_serial;
   optex::OptimizerState s_serial = optex::init_state(ranges, kDim);
   optex::OptimizerState s_pooled = s_serial;
   for (unsigned step = 0; step < 3; ++step) {
-    const std::vector<float> g = random_floats(kDim, 10 + step);
+    const std::vector<float> g = optex::test::UniformStart(kDim, 10 + step);
     optex::apply_step(ranges, x_serial, s_serial, g);
     optex::apply_step(ranges, x_pooled, s_pooled, g, pool);
   }

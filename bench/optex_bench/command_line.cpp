@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
+#include "../../tools/flag_values.hpp"
 #include "../list_flag.hpp"
 #include "methods.hpp"
 #include "optex/optimizer.hpp"
@@ -16,35 +18,15 @@
 namespace optex_bench {
 namespace {
 
-// A flag's value that fails its check: "--dim: must be a positive integer, got '-3'".
-[[noreturn]] void reject(std::string_view flag, const std::string& value,
-                         std::string_view requirement) {
-  throw std::invalid_argument(std::string(flag) + ": " + std::string(requirement) + ", got '" +
-                              value + "'");
-}
+using optex::flags::parse_integer;
+using optex::flags::reject;
 
 // Accepts "100000" and "1e5" alike.
 double parse_real(std::string_view flag, const std::string& text) {
-  std::size_t used = 0;
-  double v = 0.0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    reject(flag, text, "must be a number");
-  }
-  if (used != text.size() || !std::isfinite(v)) reject(flag, text, "must be a finite number");
-  return v;
-}
-
-long long parse_integer(std::string_view flag, const std::string& text, long long lowest,
-                        long long highest) {
-  const double v = parse_real(flag, text);
-  if (v != std::floor(v) || v < static_cast<double>(lowest) || v > static_cast<double>(highest)) {
-    reject(
-        flag, text,
-        "must be an integer in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
-  }
-  return static_cast<long long>(v);
+  const std::optional<double> v = optex::flags::whole_number(text);
+  if (!v) reject(flag, text, "must be a number");
+  if (!std::isfinite(*v)) reject(flag, text, "must be a finite number");
+  return *v;
 }
 
 // The raw text of every flag; applied on top of the preset only when given.

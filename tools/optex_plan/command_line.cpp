@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "../flag_values.hpp"
 #include "optex/block_pool.hpp"
 #include "optex/device.hpp"
 #include "optex/options.hpp"
@@ -21,36 +22,14 @@ namespace {
 constexpr const char* kProblems[] = {"sphere", "rosenbrock", "ackley",          "rastrigin",
                                      "levy",   "griewank",   "styblinski_tang", "schwefel"};
 
-// "--dim: must be an integer in [1, ...], got '-3'".
-[[noreturn]] void reject(std::string_view flag, const std::string& value,
-                         std::string_view requirement) {
-  throw std::invalid_argument(std::string(flag) + ": " + std::string(requirement) + ", got '" +
-                              value + "'");
-}
+using optex::flags::parse_integer;
+using optex::flags::reject;
 
 // All of the text as a number ("1e5" and "100000" alike), or a refusal.
 double parse_real(std::string_view flag, const std::string& text) {
-  std::size_t used = 0;
-  double v = 0.0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    reject(flag, text, "must be a number");
-  }
-  if (used != text.size()) reject(flag, text, "must be a number");
-  return v;
-}
-
-long long parse_integer(std::string_view flag, const std::string& text, long long lowest,
-                        long long highest) {
-  const double v = parse_real(flag, text);
-  if (!std::isfinite(v) || v != std::floor(v) || v < static_cast<double>(lowest) ||
-      v > static_cast<double>(highest)) {
-    reject(
-        flag, text,
-        "must be an integer in [" + std::to_string(lowest) + ", " + std::to_string(highest) + "]");
-  }
-  return static_cast<long long>(v);
+  const std::optional<double> v = optex::flags::whole_number(text);
+  if (!v) reject(flag, text, "must be a number");
+  return *v;
 }
 
 optex::Device parse_device(const std::string& text) {
