@@ -140,25 +140,20 @@ template <bool Diff>
 void block_all_pairs(const float* rows, std::size_t nrows, std::size_t dim,
                      std::span<const float* const> queries, std::size_t begin, std::size_t len,
                      double* partial) {
-  const float* r[kRows];
-  const bool sliced = queries.size() <= kMaxQueriesInSlices;
-  std::size_t j = 0;
-  for (; j + kRows <= nrows; j += kRows) {
-    for (std::size_t q = 0; q < kRows; ++q) r[q] = rows + (j + q) * dim + begin;
-    if (sliced) {
-      block_group<Diff, kRows>(r, queries, begin, len, nrows, partial + j);
-    } else {
-      for (std::size_t q = 0; q < queries.size(); ++q)
-        block_rows<Diff, kRows>(r, queries[q] + begin, len, partial + q * nrows + j);
+  // Queries in groups of at most kMaxQueriesInSlices (their accumulators live
+  // on the stack); each pair's sum does not depend on the grouping.
+  for (std::size_t q0 = 0; q0 < queries.size(); q0 += kMaxQueriesInSlices) {
+    const auto group = queries.subspan(q0, std::min(kMaxQueriesInSlices, queries.size() - q0));
+    double* out = partial + q0 * nrows;
+    const float* r[kRows];
+    std::size_t j = 0;
+    for (; j + kRows <= nrows; j += kRows) {
+      for (std::size_t k = 0; k < kRows; ++k) r[k] = rows + (j + k) * dim + begin;
+      block_group<Diff, kRows>(r, group, begin, len, nrows, out + j);
     }
-  }
-  for (; j < nrows; ++j) {
-    r[0] = rows + j * dim + begin;
-    if (sliced) {
-      block_group<Diff, 1>(r, queries, begin, len, nrows, partial + j);
-    } else {
-      for (std::size_t q = 0; q < queries.size(); ++q)
-        block_rows<Diff, 1>(r, queries[q] + begin, len, partial + q * nrows + j);
+    for (; j < nrows; ++j) {
+      r[0] = rows + j * dim + begin;
+      block_group<Diff, 1>(r, group, begin, len, nrows, out + j);
     }
   }
 }

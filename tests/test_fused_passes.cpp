@@ -59,6 +59,33 @@ TEST_P(FusedDim, SeveralQueriesInOnePassEqualOnePassPerQuery) {
   }
 }
 
+TEST(FusedQueries, MoreQueriesThanOneGroupHoldsEqualOnePassPerQuery) {
+  constexpr std::size_t kDim = 5000;
+  constexpr std::size_t kRows = 5;
+  constexpr std::size_t kQueries = 19;  // a group of 16 and one of 3
+  const std::vector<float> rows = optex::test::UniformStart(kRows * kDim, 7);
+  std::vector<std::vector<float>> queries;
+  std::vector<const float*> pointers;
+  for (unsigned q = 0; q < kQueries; ++q) {
+    queries.push_back(optex::test::UniformStart(kDim, 100 + q));
+    pointers.push_back(queries.back().data());
+  }
+  std::vector<double> distances(kQueries * kRows), inner(kQueries * kRows);
+  optex::streaming::squared_distances(BlockPool(2), rows.data(), kRows, kDim, pointers,
+                                      distances.data());
+  optex::streaming::inner_products(BlockPool(2), rows.data(), kRows, kDim, pointers, inner.data());
+  for (std::size_t q = 0; q < kQueries; ++q) {
+    std::vector<double> one_distances(kRows), one_inner(kRows);
+    optex::streaming::squared_distances(rows.data(), kRows, kDim, pointers[q],
+                                        one_distances.data());
+    optex::streaming::inner_products(rows.data(), kRows, kDim, pointers[q], one_inner.data());
+    for (std::size_t j = 0; j < kRows; ++j) {
+      EXPECT_TRUE(SameBits(distances[q * kRows + j], one_distances[j])) << q << ", " << j;
+      EXPECT_TRUE(SameBits(inner[q * kRows + j], one_inner[j])) << q << ", " << j;
+    }
+  }
+}
+
 TEST_P(FusedDim, APairsStatisticsFromOnePassEqualFourPasses) {
   const std::size_t dim = GetParam();
   const std::vector<float> a = optex::test::UniformStart(dim, 2);
