@@ -71,6 +71,7 @@
 #include "optex/optimizer_state.hpp"
 #include "optex/options.hpp"
 #include "optex/random.hpp"
+#include "optex/round_cost.hpp"
 
 namespace {
 
@@ -97,39 +98,6 @@ void fill_uniform(std::span<float> v, optex::SplitMix64& rng) {
   for (float& e : v) e = static_cast<float>(rng.uniform(-1.0, 1.0));
 }
 
-// The triad kernel, shared by BM_Triad and the paired passes, over the pool's
-// threads in the passes' blocks. The stores must happen every call: the caller
-// escapes `a` and clobbers memory afterwards.
-void triad_range(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
-                 std::size_t begin, std::size_t end) {
-  for (std::size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
-}
-
-void triad(const optex::BlockPool& threads, float* a, const float* b, const float* c, float s,
-           std::size_t n) {
-  threads.for_blocks(optex::block_count(n), 3 * optex::kCoordinateBlock * sizeof(float),
-                     [&](std::size_t first, std::size_t last) {
-                       triad_range(a, b, c, s, first * optex::kCoordinateBlock,
-                                   std::min(last * optex::kCoordinateBlock, n));
-                     });
-  benchmark::DoNotOptimize(a);
-  benchmark::ClobberMemory();
-}
-
-struct TriadArrays {
-  std::vector<float> a, b, c;
-  float s = 0.5f;
-  explicit TriadArrays(std::size_t n) : a(n, 0.0f), b(n), c(n) {
-    optex::SplitMix64 rng(0x7a1ad + n);
-    fill_uniform(b, rng);
-    fill_uniform(c, rng);
-    benchmark::DoNotOptimize(s);  // the scalar is opaque: no constant folding
-  }
-  void run(const optex::BlockPool& threads) {
-    triad(threads, a.data(), b.data(), c.data(), s, a.size());
-  }
-};
-
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -150,7 +118,7 @@ struct Setup {
   std::vector<float> mu;
   std::vector<float> new_points;     // kNewPairs x d
   std::vector<float> new_gradients;  // kNewPairs x d
-  TriadArrays paired;                // triad passes interleaved with the measured steps
+  optex::Triad paired;               // triad passes interleaved with the measured steps
   std::uint64_t pushes = 0;
 
   Setup(std::size_t dim, std::size_t capacity)
@@ -210,7 +178,7 @@ Setup& setup(std::size_t d, std::size_t t0) {
 // Step bandwidth for bytes_per_second and triad_ratio = bytes_per_iteration *
 // iterations / (sum of the step wall times).
 template <class Step>
-void run_paired(benchmark::State& state, std::size_t d, int threads, TriadArrays& paired,
+void run_paired(benchmark::State& state, std::size_t d, int threads, optex::Triad& paired,
                 double bytes_per_iteration, Step step) {
   double step_wall = 0.0;
   double step_min = std::numeric_limits<double>::infinity();
@@ -242,7 +210,7 @@ void run_paired(benchmark::State& state, std::size_t d, int threads, TriadArrays
 void BM_Triad(benchmark::State& state) {
   const std::int64_t d = state.range(0);
   const int threads = static_cast<int>(state.range(1));
-  TriadArrays t(static_cast<std::size_t>(d));
+  optex::Triad t(static_cast<std::size_t>(d));
   const double bytes = 3.0 * kFloat * static_cast<double>(d);
   const auto start = Clock::now();
   for (auto _ : state) t.run(pool(threads));
@@ -324,7 +292,7 @@ void BM_OptimizerStep(benchmark::State& state, const optex::Optimizer& optimizer
   fill_uniform(x, rng);
   fill_uniform(g, rng);
   optex::OptimizerState s = optex::init_state(ranges, d);
-  TriadArrays paired(d);
+  optex::Triad paired(d);
   const double bytes = (3.0 + 2.0 * static_cast<double>(ranges.state_slots().count())) * kFloat *
                        static_cast<double>(d);
   run_paired(state, d, threads, paired, bytes, [&] {

@@ -158,37 +158,43 @@ double measure_plain_step(std::size_t dim, int repeats) {
   return median(times);
 }
 
-double triad_bandwidth(std::size_t n, int threads, int repeats) {
+Triad::Triad(std::size_t n) {
   if (n == 0) throw std::invalid_argument("n: must be >= 1, got 0");
+  a_.assign(n, 0.0f);
+  b_.resize(n);
+  c_.resize(n);
+  fill_uniform(b_, kPointSeed);
+  fill_uniform(c_, kGradientSeed);
+  volatile float scale = 0.5f;  // opaque: no constant folding
+  s_ = scale;
+}
+
+void Triad::run(const BlockPool& pool) {
+  const std::size_t n = a_.size();
+  float* __restrict out = a_.data();
+  const float* __restrict in_b = b_.data();
+  const float* __restrict in_c = c_.data();
+  const float s = s_;
+  pool.for_blocks(block_count(n), 3 * sizeof(float) * kCoordinateBlock,
+                  [&](std::size_t first, std::size_t last) {
+                    const std::size_t end = std::min(n, last * kCoordinateBlock);
+                    for (std::size_t i = first * kCoordinateBlock; i < end; ++i)
+                      out[i] = in_b[i] + s * in_c[i];
+                  });
+}
+
+double triad_bandwidth(std::size_t n, int threads, int repeats) {
   require_count("repeats", repeats, 1);
   const BlockPool pool(threads);  // checks threads
-  std::vector<float> a(n, 0.0f), b(n), c(n);
-  fill_uniform(b, kPointSeed);
-  fill_uniform(c, kGradientSeed);
-  volatile float scale = 0.5f;  // opaque: no constant folding
-  const float s = scale;
-  const auto pass = [&] {
-    pool.for_blocks(block_count(n), 3 * sizeof(float) * kCoordinateBlock,
-                    [&](std::size_t first, std::size_t last) {
-                      const std::size_t begin = first * kCoordinateBlock;
-                      const std::size_t end = std::min(n, last * kCoordinateBlock);
-                      float* __restrict out = a.data();
-                      const float* __restrict in_b = b.data();
-                      const float* __restrict in_c = c.data();
-                      for (std::size_t i = begin; i < end; ++i) out[i] = in_b[i] + s * in_c[i];
-                    });
-  };
-  pass();  // untimed: first touch, and the pool's threads start
+  Triad triad(n);
+  triad.run(pool);  // untimed: first touch, and the pool's threads start
   double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r < repeats; ++r) {
     const auto start = Clock::now();
-    pass();
+    triad.run(pool);
     best = std::min(best, seconds_since(start));
   }
-  // Reading the result keeps the stores.
-  volatile float sink = a[n / 2];
-  (void)sink;
-  return 12.0 * static_cast<double>(n) / std::max(best, 1e-12);
+  return triad.bytes() / std::max(best, 1e-12);
 }
 
 double round_bytes(const RoundShape& shape) {

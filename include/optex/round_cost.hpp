@@ -57,6 +57,7 @@ struct RoundTimes {
   double tell_seconds = 0;
 };
 
+class BlockPool;
 class Engine;
 
 // An engine of a given shape, with its history full, whose rounds can be
@@ -100,10 +101,25 @@ RoundCost measure_round_cost(const RoundShape& shape, int rounds = 5);
 // repeats < 1.
 double measure_plain_step(std::size_t dim, int repeats = 5);
 
-// The STREAM triad a[i] = b[i] + s * c[i] over n floats, split over `threads`
-// threads (0: every core) in BlockPool's coordinate blocks, the best of
-// `repeats` passes after an untimed one, in bytes per second (12 n bytes per
-// pass). Throws std::invalid_argument for n = 0, threads outside [0, 1024] or
+// The STREAM triad a[i] = b[i] + s * c[i] over n floats of seeded data, the
+// roofline every benchmark of a pass is set against. run() makes one pass on
+// the pool's threads in BlockPool's coordinate blocks; bytes() is what STREAM
+// counts for it (read b and c, write a: 12 n). Throws std::invalid_argument for
+// n = 0.
+class Triad {
+ public:
+  explicit Triad(std::size_t n);
+  void run(const BlockPool& pool);
+  double bytes() const { return 12.0 * static_cast<double>(a_.size()); }
+
+ private:
+  std::vector<float> a_, b_, c_;
+  float s_ = 0.5f;
+};
+
+// The bandwidth of a Triad over n floats on `threads` threads (0: every
+// core), the best of `repeats` passes after an untimed one, in bytes per
+// second. Throws std::invalid_argument for n = 0, threads outside [0, 1024] or
 // repeats < 1.
 double triad_bandwidth(std::size_t n, int threads = 0, int repeats = 5);
 
