@@ -198,6 +198,79 @@ std::string noise_sentence(const PlanRequest& r, int evaluations) {
   return text;
 }
 
+// The recommendation, its numbers and its reason, from the measured table:
+// fills every field of `out` but the request, the candidates and the plain
+// step's.
+void recommend(const Table& table, int evaluations, Plan& out) {
+  const PlanRequest& r = out.request;
+  const double g = r.gradient_seconds;
+  const double p = out.plain_step_seconds;
+  const int n_max = r.max_parallelism;
+  const Decision d = table.decide(g);
+  out.choice = d.choice;
+  out.history = r.history;
+  const PlanCandidate* best =
+      d.candidate >= 0 ? &out.candidates[static_cast<std::size_t>(d.candidate)] : nullptr;
+
+  char text[512];
+  std::string reason;
+  if (d.choice == Plan::Choice::optex) {
+    out.parallelism = best->parallelism;
+    out.evaluations_per_point = evaluations;
+    out.history = best->history;
+    out.break_even_gradient_seconds = best->break_even_gradient_seconds;
+    out.expected_round_seconds = best->round_seconds;
+    std::snprintf(text, sizeof(text),
+                  "OptEx with N = %d: a round (gradient %s + overhead %s) advances %.3g steps, "
+                  "%s per step against %s for the plain optimizer (%.2fx); it pays off above a "
+                  "gradient of %s.",
+                  best->parallelism, duration(g).c_str(), duration(best->overhead_seconds).c_str(),
+                  best->steps_per_round, duration(best->seconds_per_step).c_str(),
+                  duration(g + p).c_str(), (g + p) / best->seconds_per_step,
+                  duration(best->break_even_gradient_seconds).c_str());
+    reason = text;
+    if (d.dropped_from >= 0) {
+      const PlanCandidate& cut = out.candidates[static_cast<std::size_t>(d.dropped_from)];
+      std::snprintf(text, sizeof(text),
+                    " T0 = %d instead of %d: at N = %d the overhead at T0 = %d is %s, above 10%% "
+                    "of the gradient (%s).",
+                    best->history, r.history, cut.parallelism, r.history,
+                    duration(cut.overhead_seconds).c_str(),
+                    duration(kHistoryOverheadShare * g).c_str());
+      reason += text;
+    }
+  } else {
+    out.parallelism = d.choice == Plan::Choice::averaging ? evaluations : 1;
+    out.evaluations_per_point = out.parallelism;
+    out.break_even_gradient_seconds = table.first_payoff_above(g);
+    out.expected_round_seconds = g + p;
+    if (d.choice == Plan::Choice::averaging) {
+      std::snprintf(text, sizeof(text),
+                    "Averaging (N x minibatch): all N = %d evaluations at one point, one step per "
+                    "round with the noise divided by %d.",
+                    evaluations, evaluations);
+      reason = text;
+    } else {
+      reason = "Plain optimizer.";
+    }
+    if (best != nullptr) {
+      std::snprintf(text, sizeof(text),
+                    " The overhead %s (N = %d, T0 = %d) exceeds what %.3g extra steps per round "
+                    "save at gradient %s; OptEx pays off above %s.",
+                    duration(best->overhead_seconds).c_str(), best->parallelism, best->history,
+                    best->steps_per_round - 1.0, duration(g).c_str(),
+                    duration(out.break_even_gradient_seconds).c_str());
+      reason += text;
+    } else if (n_max == 1) {
+      reason += " N = 1 leaves nothing to run in parallel.";
+    } else {
+      reason += " No N up to the maximum gives two or more points.";
+    }
+  }
+  reason += noise_sentence(r, evaluations);
+  out.reason = std::move(reason);
+}
+
 }  // namespace
 
 void PlanRequest::validate() const {
@@ -293,75 +366,12 @@ Plan plan(const PlanRequest& request, const RoundTimer& round_seconds,
   }
 
   const Table table(r, evaluations, histories, candidates, p);
-  const Decision d = table.decide(g);
-
   Plan out;
   out.request = r;
   out.candidates = std::move(candidates);
   out.plain_step_seconds = p;
-  out.plain_seconds_per_step = g + p;
-  out.choice = d.choice;
-  out.history = r.history;
-  const PlanCandidate* best =
-      d.candidate >= 0 ? &out.candidates[static_cast<std::size_t>(d.candidate)] : nullptr;
-
-  char text[512];
-  std::string reason;
-  if (d.choice == Plan::Choice::optex) {
-    out.parallelism = best->parallelism;
-    out.evaluations_per_point = evaluations;
-    out.history = best->history;
-    out.break_even_gradient_seconds = best->break_even_gradient_seconds;
-    out.expected_round_seconds = best->round_seconds;
-    std::snprintf(text, sizeof(text),
-                  "OptEx with N = %d: a round (gradient %s + overhead %s) advances %.3g steps, "
-                  "%s per step against %s for the plain optimizer (%.2fx); it pays off above a "
-                  "gradient of %s.",
-                  best->parallelism, duration(g).c_str(), duration(best->overhead_seconds).c_str(),
-                  best->steps_per_round, duration(best->seconds_per_step).c_str(),
-                  duration(g + p).c_str(), (g + p) / best->seconds_per_step,
-                  duration(best->break_even_gradient_seconds).c_str());
-    reason = text;
-    if (d.dropped_from >= 0) {
-      const PlanCandidate& cut = out.candidates[static_cast<std::size_t>(d.dropped_from)];
-      std::snprintf(text, sizeof(text),
-                    " T0 = %d instead of %d: at N = %d the overhead at T0 = %d is %s, above 10%% "
-                    "of the gradient (%s).",
-                    best->history, r.history, cut.parallelism, r.history,
-                    duration(cut.overhead_seconds).c_str(),
-                    duration(kHistoryOverheadShare * g).c_str());
-      reason += text;
-    }
-  } else {
-    out.parallelism = d.choice == Plan::Choice::averaging ? evaluations : 1;
-    out.evaluations_per_point = out.parallelism;
-    out.break_even_gradient_seconds = table.first_payoff_above(g);
-    out.expected_round_seconds = g + p;
-    if (d.choice == Plan::Choice::averaging) {
-      std::snprintf(text, sizeof(text),
-                    "Averaging (N x minibatch): all N = %d evaluations at one point, one step per "
-                    "round with the noise divided by %d.",
-                    evaluations, evaluations);
-      reason = text;
-    } else {
-      reason = "Plain optimizer.";
-    }
-    if (best != nullptr) {
-      std::snprintf(text, sizeof(text),
-                    " The overhead %s (N = %d, T0 = %d) exceeds what %.3g extra steps per round "
-                    "save at gradient %s; OptEx pays off above %s.",
-                    duration(best->overhead_seconds).c_str(), best->parallelism, best->history,
-                    best->steps_per_round - 1.0, duration(g).c_str(),
-                    duration(out.break_even_gradient_seconds).c_str());
-      reason += text;
-    } else if (n_max == 1) {
-      reason += " N = 1 leaves nothing to run in parallel.";
-    } else {
-      reason += " No N up to the maximum gives two or more points.";
-    }
-  }
-  reason += noise_sentence(r, evaluations);
-  out.reason = std::move(reason);
+  out.plain_seconds_per_step = r.gradient_seconds + p;
+  recommend(table, evaluations, out);
   return out;
 }
 
