@@ -40,7 +40,7 @@ TEST(BlockPool, CoversEveryBlockExactlyOnceAtEveryThreadCount) {
   }
 }
 
-TEST(BlockPool, ALargePassRunsOnSeveralThreadsASmallOneOnTheCaller) {
+TEST(BlockPool, ALargePassIsOneRunPerThreadASmallOneRunsOnTheCaller) {
   optex::BlockPool pool(3);
   std::mutex mutex;
   std::set<std::thread::id> ids;
@@ -52,7 +52,6 @@ TEST(BlockPool, ALargePassRunsOnSeveralThreadsASmallOneOnTheCaller) {
   };
   pool.for_blocks(30, kBigBlock, record);
   EXPECT_EQ(runs.size(), 3u);  // contiguous runs, one per thread
-  EXPECT_GE(ids.size(), 1u);
   runs.clear();
   ids.clear();
   pool.for_blocks(30, 16, record);  // 480 bytes in all: not worth a thread
