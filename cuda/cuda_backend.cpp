@@ -322,7 +322,12 @@ namespace optex::detail {
 
 std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
                                                  const OptimizerRanges& optimizer,
-                                                 const Options& options) {
+                                                 const Options& options,
+                                                 const CoordinateShard& shard) {
+  if (!shard.is_whole()) {
+    throw std::invalid_argument("device: sharded state on " + options.device.name() +
+                                " is not available yet; use the CPU");
+  }
   switch (options.history_precision) {
     case Precision::bf16:
       return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options);

@@ -40,11 +40,11 @@ void keep_values(const std::vector<float>& current, std::vector<float>& staged,
             staged.begin() + static_cast<std::ptrdiff_t>(r.offset));
 }
 
-// ||a - b|| over d floats, in one pass (no cancellation between nearby rows).
-double distance(const BlockPool& pool, const float* a, const float* b, std::size_t d) {
+// ||a - b||^2 over d floats, in one pass (no cancellation between nearby rows).
+double squared_distance(const BlockPool& pool, const float* a, const float* b, std::size_t d) {
   double squared = 0.0;
   streaming::squared_distances(pool, a, 1, d, {&b, 1}, &squared);
-  return std::sqrt(squared);
+  return squared;
 }
 
 // to[i] = from[i] for i < d, in blocks on the pool's threads.
@@ -59,14 +59,16 @@ void copy(const BlockPool& pool, const float* from, float* to, std::size_t d) {
 
 class CpuBackend final : public EngineBackend {
  public:
-  CpuBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options)
+  CpuBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options,
+             const CoordinateShard& shard)
       : optimizer_(optimizer),
         x_(x0.begin(), x0.end()),
         next_x_(x0.size()),
         state_(init_state(optimizer, x0.size())),
         work_state_(state_),
         history_(static_cast<std::size_t>(options.history), x0.size()),
-        bound_(magnitude_bound(x0.size())),
+        bound_(magnitude_bound(shard.dim)),
+        sums_(shard.sums),
         estimator_(options.kernel, options.noise, options.input_scaling,
                    static_cast<std::size_t>(options.history)),
         pool_(std::make_unique<BlockPool>(options.threads)) {}
@@ -137,7 +139,8 @@ class CpuBackend final : public EngineBackend {
   bool finish_batch(Batch& batch) override {
     const std::span<const float> points(BatchAccess::points(batch),
                                         static_cast<std::size_t>(batch.size()) * dim());
-    return weights_finite_ && within(*pool_, points, bound_) && state_finite(*pool_, work_state_);
+    return on_every_slice(sums_, weights_finite_ && within(*pool_, points, bound_) &&
+                                     state_finite(*pool_, work_state_));
   }
 
   // A GP proxy step: the distance pass and the solve for the weights, then
@@ -146,7 +149,7 @@ class CpuBackend final : public EngineBackend {
   // a copy and apply_step one after the other (DESIGN.md, "A round's passes").
   void gp_step(const float* from, float* row, std::span<float> predicted) {
     const std::size_t d = dim();
-    estimator_.weigh(history_, {from, d}, *pool_);
+    estimator_.weigh(history_, {from, d}, *pool_, sums_);
     const std::span<const double> weights = estimator_.weights();
     for (double w : weights) weights_finite_ = weights_finite_ && std::isfinite(w);
     streaming::float_weights(weights.data(), weights.size(), float_weights_);
@@ -173,7 +176,9 @@ class CpuBackend final : public EngineBackend {
   double distance_from_iterate(Batch& batch, int i) override {
     const std::size_t d = dim();
     const float* points = BatchAccess::points(batch);
-    return distance(*pool_, points + static_cast<std::size_t>(i) * d, points, d);
+    double squared = squared_distance(*pool_, points + static_cast<std::size_t>(i) * d, points, d);
+    complete_sums(sums_, {&squared, 1});
+    return std::sqrt(squared);
   }
 
   void discard_work_state() override { work_state_is_last_ = false; }
@@ -183,6 +188,7 @@ class CpuBackend final : public EngineBackend {
     const float* grads = BatchAccess::grads(batch);
     for (std::size_t i = 0; i < finite.size(); ++i)
       finite[i] = within(*pool_, {grads + i * d, d}, bound_);
+    complete_flags(sums_, finite);
   }
 
   bool stage_step(Batch& batch, int c) override {
@@ -205,7 +211,8 @@ class CpuBackend final : public EngineBackend {
     }
     work_state_is_last_ = false;
     apply_step(optimizer_, next_x_, work_state_, {row(BatchAccess::grads(batch), c), d}, *pool_);
-    return within(*pool_, next_x_, bound_) && state_finite(*pool_, work_state_);
+    return on_every_slice(sums_,
+                          within(*pool_, next_x_, bound_) && state_finite(*pool_, work_state_));
   }
 
   void keep_coordinates(std::span<const CoordinateRange> ranges) override {
@@ -228,28 +235,40 @@ class CpuBackend final : public EngineBackend {
       return rows + static_cast<std::size_t>(i) * d;
     };
 
+    // The sums over coordinates first, completed across slices in one call:
+    // per compared row ||p||^2, <p, g>, ||g||^2 and ||p - g||^2, then ||g_c||^2
+    // and ||next iterate - iterate||^2.
+    std::vector<int> compared;
+    std::vector<double> sums;
+    for (int i = 0; i + 1 < n; ++i) {
+      if (!keep[static_cast<std::size_t>(i)] || !predicted[static_cast<std::size_t>(i)]) continue;
+      const streaming::PairStatistics pair =
+          streaming::pair_statistics(*pool_, row(predictions, i), row(grads, i), d);
+      compared.push_back(i);
+      sums.insert(sums.end(), {pair.aa, pair.ab, pair.bb, pair.squared_distance});
+    }
+    const auto own = std::find(compared.begin(), compared.end(), c);
+    sums.push_back(own != compared.end()
+                       ? sums[4 * static_cast<std::size_t>(own - compared.begin()) + 2]
+                       : streaming::dot(*pool_, row(grads, c), row(grads, c), d));
+    sums.push_back(squared_distance(*pool_, next_x_.data(), x_.data(), d));
+    complete_sums(sums_, sums);
+
     CommitStats stats;
     stats.prediction_error.assign(n > 1 ? static_cast<std::size_t>(n - 1) : 0,
                                   std::numeric_limits<double>::quiet_NaN());
-    double committed_squared_norm = std::numeric_limits<double>::quiet_NaN();
-    for (int i = 0; i + 1 < n; ++i) {
-      if (!keep[static_cast<std::size_t>(i)] || !predicted[static_cast<std::size_t>(i)]) continue;
-      // The cosine, the prediction error and ||g||^2 from one pass over the pair.
-      const streaming::PairStatistics pair =
-          streaming::pair_statistics(*pool_, row(predictions, i), row(grads, i), d);
-      if (i == c) committed_squared_norm = pair.bb;
-      const double denom = std::sqrt(pair.aa * pair.bb);
+    for (std::size_t k = 0; k < compared.size(); ++k) {
+      const double aa = sums[4 * k], ab = sums[4 * k + 1], bb = sums[4 * k + 2];
+      const double denom = std::sqrt(aa * bb);
       if (denom > 0.0) {
-        stats.cosine_sum += pair.ab / denom;
+        stats.cosine_sum += ab / denom;
         ++stats.cosine_count;
-        stats.prediction_error[static_cast<std::size_t>(i)] =
-            std::sqrt(pair.squared_distance) / std::sqrt(pair.bb);
+        stats.prediction_error[static_cast<std::size_t>(compared[k])] =
+            std::sqrt(sums[4 * k + 3]) / std::sqrt(bb);
       }
     }
-    if (std::isnan(committed_squared_norm))
-      committed_squared_norm = streaming::dot(*pool_, row(grads, c), row(grads, c), d);
-    stats.grad_norm = std::sqrt(committed_squared_norm);
-    stats.step_norm = distance(*pool_, next_x_.data(), x_.data(), d);
+    stats.grad_norm = std::sqrt(sums[sums.size() - 2]);
+    stats.step_norm = std::sqrt(sums.back());
     // Every kept pair enters the history together: one pass over its points and one over its
     // gradients.
     std::vector<const float*> new_points;
@@ -259,7 +278,7 @@ class CpuBackend final : public EngineBackend {
       new_points.push_back(row(points, i));
       new_gradients.push_back(row(grads, i));
     }
-    history_.push_all(new_points, new_gradients, *pool_);
+    history_.push_all(new_points, new_gradients, *pool_, sums_);
     std::swap(x_, next_x_);
     std::swap(state_, work_state_);
     return stats;
@@ -273,7 +292,8 @@ class CpuBackend final : public EngineBackend {
   OptimizerState work_state_;        // s_{N-1} after ask(); the staged state after stage_step()
   bool work_state_is_last_ = false;  // work_state_ still is the s_{N-1} ask() left
   GradientHistory history_;
-  float bound_;  // magnitude_bound(d)
+  float bound_;       // magnitude_bound(d) of the whole vector
+  ShardSums* sums_;   // completes sums over coordinates across slices; nullptr when whole
   GpGradientEstimator estimator_;
   bool weights_finite_ = true;        // every GP weight of this batch's proxy steps
   std::vector<float> float_weights_;  // a GP proxy step's weights, as its weighted sum uses them
@@ -284,7 +304,8 @@ class CpuBackend final : public EngineBackend {
 
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
-                                                const Options& options) {
+                                                const Options& options,
+                                                const CoordinateShard& shard) {
   // The history, its statistics, the estimator and the optimizer state name
   // themselves when they fail; what is left is the iterate, its next value and
   // the working copy of the optimizer state.
@@ -297,7 +318,7 @@ std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
       what, contents, {2 + static_cast<std::size_t>(optimizer.state_slots().count()), d},
       sizeof(float));
   return allocate_or_explain(what, contents, bytes,
-                             [&] { return std::make_unique<CpuBackend>(x0, optimizer, options); });
+                             [&] { return std::make_unique<CpuBackend>(x0, optimizer, options, shard); });
 }
 
 }  // namespace optex::detail

@@ -30,7 +30,7 @@ int cuda_device_count() {
 #if !OPTEX_HAVE_CUDA
 namespace detail {
 std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float>, const OptimizerRanges&,
-                                                 const Options& options) {
+                                                 const Options& options, const CoordinateShard&) {
   throw std::invalid_argument("device: " + options.device.name() +
                               " requested, but this build of optex has no CUDA backend "
                               "(configure with -DOPTEX_WITH_CUDA=ON on a machine with nvcc)");

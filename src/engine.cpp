@@ -22,14 +22,23 @@ std::uint64_t next_engine_id() {
   return counter.fetch_add(1);
 }
 
-std::span<const float> checked_start(std::span<const float> x0) {
+// x0 is the shard's slice (the whole vector unless the engine is sharded):
+// the bound is the whole vector's, elements are numbered in it.
+std::span<const float> checked_start(std::span<const float> x0, const CoordinateShard& shard) {
   if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
-  const float bound = magnitude_bound(x0.size());
+  if (x0.size() != shard.size || shard.offset > shard.dim || shard.size > shard.dim - shard.offset) {
+    throw std::invalid_argument("shard: a slice of " + std::to_string(shard.size) +
+                                " coordinates at offset " + std::to_string(shard.offset) +
+                                " of dimension " + std::to_string(shard.dim) +
+                                " does not match x0's " + std::to_string(x0.size()));
+  }
+  const float bound = magnitude_bound(shard.dim);
   for (std::size_t i = 0; i < x0.size(); ++i) {
     if (!within_bound(x0[i], bound)) {
       std::ostringstream msg;
-      msg << "x0: element " << i << " is " << x0[i] << " (must be finite and at most " << bound
-          << " in magnitude, the bound for dimension " << x0.size() << ")";
+      msg << "x0: element " << shard.offset + i << " is " << x0[i]
+          << " (must be finite and at most " << bound << " in magnitude, the bound for dimension "
+          << shard.dim << ")";
       throw std::invalid_argument(msg.str());
     }
   }
@@ -38,8 +47,9 @@ std::span<const float> checked_start(std::span<const float> x0) {
 
 // The ranges sized for x0. A new engine's state is at step 0, so every range
 // joins there (an engine resumes later steps from a snapshot).
-OptimizerRanges starting_ranges(const OptimizerRanges& optimizer, std::span<const float> x0) {
-  OptimizerRanges sized = optimizer.for_dimension(checked_start(x0).size());
+OptimizerRanges starting_ranges(const OptimizerRanges& optimizer, std::span<const float> x0,
+                                const CoordinateShard& shard) {
+  OptimizerRanges sized = optimizer.for_dimension(checked_start(x0, shard).size());
   check_step_offsets(sized, 0);
   return sized;
 }
@@ -52,8 +62,13 @@ std::runtime_error nothing_to_commit(std::int64_t iteration) {
       "pending");
 }
 
-const Options& checked_for_device(const Options& o) {
+const Options& checked_for_device(const Options& o, const CoordinateShard& shard) {
   o.validate();
+  if (!shard.is_whole() && o.proxy == Proxy::target) {
+    throw std::invalid_argument(
+        "proxy: Proxy::target needs the whole point for its oracle; a sharded engine holds a "
+        "slice (use Proxy::gp or Proxy::last_gradient)");
+  }
   if (!o.device.is_cuda()) return o;
   // The device backend keeps one row per evaluation and computes neither the
   // posterior variance nor distances yet.
@@ -74,17 +89,23 @@ const Options& checked_for_device(const Options& o) {
 
 std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
                                                     const OptimizerRanges& optimizer,
-                                                    const Options& options) {
-  if (options.device.is_cuda()) return detail::make_cuda_backend(x0, optimizer, options);
-  return detail::make_cpu_backend(x0, optimizer, options);
+                                                    const Options& options,
+                                                    const CoordinateShard& shard) {
+  if (options.device.is_cuda()) return detail::make_cuda_backend(x0, optimizer, options, shard);
+  return detail::make_cpu_backend(x0, optimizer, options, shard);
 }
 
 }  // namespace
 
 Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options)
-    : options_(checked_for_device(options)),
-      optimizer_(starting_ranges(optimizer, x0)),
-      backend_(make_backend(x0, optimizer_, options_)),
+    : Engine(x0, std::move(optimizer), std::move(options), CoordinateShard::whole(x0.size())) {}
+
+Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options,
+               const CoordinateShard& shard)
+    : options_(checked_for_device(options, shard)),
+      shard_(shard),
+      optimizer_(starting_ranges(optimizer, x0, shard)),
+      backend_(make_backend(x0, optimizer_, options_, shard_)),
       lengthscale_(options_.lengthscale),
       rng_(options_.seed),
       split_rule_(options_.parallelism, options_.evaluations_per_point),
@@ -316,6 +337,11 @@ const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<co
     throw std::runtime_error("tell: no pending batch (iteration " + std::to_string(iteration_) +
                              "): call ask() first; tell() commits each batch once");
   }
+  if (!shard_.is_whole()) {
+    throw std::logic_error(
+        "tell: the flat-array overload on one slice of a sharded engine; its ranks commit "
+        "through ShardedEngine::tell");
+  }
   const auto n = static_cast<std::size_t>(batch_.size());
   const std::size_t d = dim();
   if (gradients.size() != n * d) {
@@ -396,7 +422,8 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
       char& ok = admissible_rows_[static_cast<std::size_t>(r)];
       ok = ok && std::isfinite(batch.loss(r)) ? 1 : 0;
     }
-    reduction = detail::reduce_evaluations(batch, admissible_rows_, plan_, chain_, reduce_scratch_);
+    reduction = detail::reduce_evaluations(batch, admissible_rows_, plan_, chain_, reduce_scratch_,
+                                           shard_.sums);
   }
   const int n = chain.size();
   const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(n));

@@ -11,6 +11,7 @@
 
 #include "optex/detail/engine_backend.hpp"
 #include "optex/engine.hpp"
+#include "optex/magnitude_bound.hpp"
 #include "resumed_options.hpp"
 
 namespace optex {
@@ -73,13 +74,13 @@ struct SnapshotAccess {
 
   // An engine with the snapshot's state, which validate() has accepted, on
   // the options it resumes with (resumed_options).
-  static Engine build(EngineSnapshot s, const Options& options) {
+  static Engine build(EngineSnapshot s, const Options& options, const CoordinateShard& shard) {
     const std::size_t d = s.iterate.size();
     const auto cap = static_cast<std::size_t>(options.history);
     const OptimizerRanges ranges = s.optimizer.for_dimension(d);
     Engine e = [&] {
       try {
-        return Engine(s.iterate, without_step_offsets(ranges), options);
+        return Engine(s.iterate, without_step_offsets(ranges), options, shard);
       } catch (const std::bad_alloc&) {
         throw std::runtime_error("an engine of parallelism " + std::to_string(options.parallelism) +
                                  ", history " + std::to_string(cap) + " and dimension " +
@@ -126,11 +127,29 @@ Engine Engine::from_snapshot(EngineSnapshot snapshot, std::optional<Device> devi
     throw InvalidSnapshot(SnapshotField::options,
                           "options.device: " + why + "; pass a device to resume elsewhere");
   }
-  return SnapshotAccess::build(std::move(snapshot), options);
+  const CoordinateShard whole = CoordinateShard::whole(snapshot.iterate.size());
+  return SnapshotAccess::build(std::move(snapshot), options, whole);
+}
+
+Engine Engine::from_snapshot(EngineSnapshot snapshot, const CoordinateShard& shard) {
+  validate(snapshot);
+  if (const std::string why = detail::unavailable_device(snapshot.options); !why.empty()) {
+    throw InvalidSnapshot(SnapshotField::options, "options.device: " + why);
+  }
+  // validate() bounds the values by the slice's dimension; the engine needs the whole one's.
+  const float bound = magnitude_bound(shard.dim);
+  if (!all_within_bound(snapshot.points, bound) || !all_within_bound(snapshot.gradients, bound)) {
+    throw InvalidSnapshot(SnapshotField::points,
+                          "points, gradients: a value above " + std::to_string(bound) +
+                              ", the magnitude bound for dimension " + std::to_string(shard.dim));
+  }
+  const Options options = snapshot.options;
+  return SnapshotAccess::build(std::move(snapshot), options, shard);
 }
 
 Engine Engine::from_validated_snapshot(EngineSnapshot snapshot, const Options& options) {
-  return SnapshotAccess::build(std::move(snapshot), options);
+  const CoordinateShard whole = CoordinateShard::whole(snapshot.iterate.size());
+  return SnapshotAccess::build(std::move(snapshot), options, whole);
 }
 
 }  // namespace optex

@@ -87,7 +87,7 @@ void GpGradientEstimator::predict(const GradientHistory& history, std::span<cons
 }
 
 void GpGradientEstimator::weigh(const GradientHistory& history, std::span<const float> x,
-                                const BlockPool& pool) {
+                                const BlockPool& pool, ShardSums* sums) {
   const std::size_t n = fitted_size_;
   const std::size_t d = history.dim();
   if (n == 0 || n != history.size() || fitted_version_ != history.version()) {
@@ -96,6 +96,7 @@ void GpGradientEstimator::weigh(const GradientHistory& history, std::span<const 
   // Pass 1 over X: distances to every history point, then the kernel vector.
   const float* query = x.data();
   streaming::squared_distances(pool, history.points_data(), n, d, {&query, 1}, distances_.data());
+  complete_sums(sums, {distances_.data(), n});
   const double inv = 1.0 / (scale_ * lengthscale_);
   auto k = weights_.head(static_cast<Eigen::Index>(n));
   for (std::size_t j = 0; j < n; ++j) {

@@ -35,8 +35,7 @@ GradientHistory::GradientHistory(std::size_t capacity, std::size_t dim)
   detail::allocate_or_explain(what, kContents, bytes, [&] {
     points_.resize(capacity * dim);
     gradients_.resize(capacity * dim);
-    scratch_distances_.assign(capacity, 0.0);
-    scratch_inner_.assign(capacity, 0.0);
+    scratch_.reserve(2 * capacity + 1);
   });
 }
 
@@ -53,7 +52,8 @@ void GradientHistory::push(std::span<const float> point, std::span<const float> 
 }
 
 void GradientHistory::push_all(std::span<const float* const> points,
-                               std::span<const float* const> gradients, const BlockPool& pool) {
+                               std::span<const float* const> gradients, const BlockPool& pool,
+                               ShardSums* sums) {
   if (points.size() != gradients.size()) {
     throw std::invalid_argument("history: " + std::to_string(points.size()) + " points but " +
                                 std::to_string(gradients.size()) + " gradients");
@@ -79,18 +79,20 @@ void GradientHistory::push_all(std::span<const float* const> points,
   }
   // Only the new slots' rows and columns change: one pass over the points and
   // one over the gradients, each reading every new row once.
+  // The distances, the squared norms and the inner products sit in one
+  // buffer so that a sharded history completes them in one call.
   const std::size_t rows = size();
-  scratch_distances_.resize(slots.size() * capacity());
-  scratch_inner_.resize(slots.size() * capacity());
-  std::vector<double> norms(slots.size());
-  streaming::squared_distances(pool, points_.data(), rows, dim_, new_points,
-                               scratch_distances_.data(), norms.data());
-  streaming::inner_products(pool, gradients_.data(), rows, dim_, new_gradients,
-                            scratch_inner_.data());
+  const std::size_t pairs = slots.size();
+  scratch_.resize(pairs * (2 * rows + 1));
+  double* distances = scratch_.data();
+  double* norms = distances + pairs * rows;
+  double* inner = norms + pairs;
+  streaming::squared_distances(pool, points_.data(), rows, dim_, new_points, distances, norms);
+  streaming::inner_products(pool, gradients_.data(), rows, dim_, new_gradients, inner);
+  complete_sums(sums, scratch_);
   // In push order: an entry between two new slots is set by both, the later last.
-  for (std::size_t k = 0; k < slots.size(); ++k) {
-    set_row(slots[k], scratch_distances_.data() + k * rows, norms[k],
-            scratch_inner_.data() + k * rows);
+  for (std::size_t k = 0; k < pairs; ++k) {
+    set_row(slots[k], distances + k * rows, norms[k], inner + k * rows);
   }
 }
 

@@ -40,13 +40,15 @@ void expand_points(Batch& chain, std::span<const int> evaluations, Batch& rows) 
 
 Reduction reduce_evaluations(Batch& rows, std::span<const char> admissible,
                              std::span<const int> evaluations, Batch& chain,
-                             std::vector<double>& scratch) {
+                             std::vector<double>& scratch, ShardSums* sums) {
   const std::size_t d = rows.dim();
   const float* grads = BatchAccess::grads(rows);
   float* out = BatchAccess::grads(chain);
   scratch.assign(d, 0.0);
-  double noise_sum = 0.0;
-  int noise_points = 0;
+  // Per point with two or more admissible evaluations: the squared norm of the
+  // mean, the spread around it (sums over coordinates) and the count.
+  std::vector<double> sums_over_coordinates;
+  std::vector<int> replicates;
   std::size_t first = 0;
   for (std::size_t p = 0; p < evaluations.size(); ++p) {
     const auto count = static_cast<std::size_t>(evaluations[p]);
@@ -73,7 +75,6 @@ Reduction reduce_evaluations(Batch& rows, std::span<const char> admissible,
     }
     chain.loss(static_cast<int>(p)) = loss_sum / used;
     if (used >= 2) {
-      // The sample covariance's trace, and the signal's unbiased squared norm.
       double spread = 0.0, mean_norm = 0.0;
       for (std::size_t j = 0; j < d; ++j) mean_norm += scratch[j] * scratch[j];
       for (std::size_t r = first; r < first + count; ++r) {
@@ -84,17 +85,26 @@ Reduction reduce_evaluations(Batch& rows, std::span<const char> admissible,
           spread += e * e;
         }
       }
-      const double trace = spread / (used - 1);
-      const double signal = mean_norm - trace / used;
-      noise_sum += signal > 0.0 ? std::min(trace / signal, AdaptiveSplit::kMaxNoise)
-                                : AdaptiveSplit::kMaxNoise;
-      ++noise_points;
+      sums_over_coordinates.push_back(mean_norm);
+      sums_over_coordinates.push_back(spread);
+      replicates.push_back(used);
     }
     first += count;
   }
+  complete_sums(sums, sums_over_coordinates);
+  double noise_sum = 0.0;
+  for (std::size_t k = 0; k < replicates.size(); ++k) {
+    // The sample covariance's trace, and the signal's unbiased squared norm.
+    const int used = replicates[k];
+    const double trace = sums_over_coordinates[2 * k + 1] / (used - 1);
+    const double signal = sums_over_coordinates[2 * k] - trace / used;
+    noise_sum += signal > 0.0 ? std::min(trace / signal, AdaptiveSplit::kMaxNoise)
+                              : AdaptiveSplit::kMaxNoise;
+  }
   Reduction reduction;
-  reduction.gradient_noise =
-      noise_points > 0 ? noise_sum / noise_points : std::numeric_limits<double>::quiet_NaN();
+  reduction.gradient_noise = !replicates.empty()
+                                 ? noise_sum / static_cast<double>(replicates.size())
+                                 : std::numeric_limits<double>::quiet_NaN();
   return reduction;
 }
 

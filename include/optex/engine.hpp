@@ -36,6 +36,7 @@
 #include "optex/adaptive_split.hpp"
 #include "optex/batch.hpp"
 #include "optex/coordinate_range.hpp"
+#include "optex/coordinate_shard.hpp"
 #include "optex/device.hpp"
 #include "optex/engine_snapshot.hpp"
 #include "optex/gradient_history.hpp"
@@ -66,6 +67,15 @@ class Engine {
   // this build or machine does not have; std::runtime_error when the history
   // does not fit in device memory.
   Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options = {});
+
+  // One slice of a sharded engine (sharded_engine.hpp builds them): x0 is
+  // the slice [shard.offset, shard.offset + shard.size) of the start, the
+  // optimizer is sized for the slice, and every sum over coordinates is
+  // completed through shard.sums (coordinate_shard.hpp), which must outlive
+  // the engine. The magnitude bound is the whole dimension's. Proxy::target
+  // is refused (its oracle needs whole points).
+  Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options,
+         const CoordinateShard& shard);
 
   // Movable, not copyable: a batch names the engine it came from.
   Engine(Engine&&) noexcept;
@@ -162,8 +172,17 @@ class Engine {
   // is built then.
   static Engine from_snapshot(EngineSnapshot snapshot, std::optional<Device> device = std::nullopt,
                               std::optional<Precision> history_precision = std::nullopt);
+  // One slice of a sharded engine continuing the snapshot of such a slice,
+  // on its saved device; shard as in the slice constructor, its size the
+  // snapshot's dimension. Throws as from_snapshot() does, and
+  // std::invalid_argument for a shard that does not match, or an element
+  // above the whole dimension's magnitude bound.
+  static Engine from_snapshot(EngineSnapshot snapshot, const CoordinateShard& shard);
 
+  // The coordinates this engine holds: the whole dimension, or its slice's.
   std::size_t dim() const;
+  // Which coordinates of the whole vector this engine holds.
+  const CoordinateShard& shard() const { return shard_; }
   Device device() const { return options_.device; }
   // Host views; on a device engine each call copies from the device.
   std::span<const float> iterate() const;
@@ -220,6 +239,7 @@ class Engine {
   const IterationInfo& commit(Batch& batch, std::span<const CoordinateRange> unchanged);
 
   Options options_;
+  CoordinateShard shard_;                           // the whole vector unless sharded
   OptimizerRanges optimizer_;                       // sized for dim()
   std::unique_ptr<detail::EngineBackend> backend_;  // everything of size d
   double lengthscale_;

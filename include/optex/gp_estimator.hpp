@@ -45,9 +45,11 @@ class GpGradientEstimator {
   // predict() without its last pass: the distances to x, the kernel vector,
   // the weights and the variance, leaving mu = sum_j weights()[j] * g_j to
   // the caller (streaming::weighted_sum, or a pass that fuses it). Requires
-  // fit() on this same history.
+  // fit() on this same history. With `sums` the history holds one slice of
+  // the coordinates and x the same slice: the distances are completed across
+  // the slices (coordinate_shard.hpp), so every slice gets the same weights.
   void weigh(const GradientHistory& history, std::span<const float> x,
-             const BlockPool& pool = BlockPool::serial());
+             const BlockPool& pool = BlockPool::serial(), ShardSums* sums = nullptr);
 
   // The weights of the last predict() or weigh(): mu = sum_j weights[j] * g_j.
   std::span<const double> weights() const { return {weights_.data(), fitted_size_}; }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "optex/block_pool.hpp"
+#include "optex/coordinate_shard.hpp"
 #include "optex/history_gram.hpp"
 
 namespace optex {
@@ -33,9 +34,12 @@ class GradientHistory : public HistoryGram {
   // new rows of the distances (and the new squared norms) come from one pass
   // over the points, all new rows of the gradient inner products from one
   // pass over the gradients. Each pointer holds dim() floats; pairs beyond
-  // capacity() overwrite earlier ones as successive pushes would.
+  // capacity() overwrite earlier ones as successive pushes would. With
+  // `sums`, this history holds one slice of the coordinates: the new rows'
+  // statistics are completed across the slices (coordinate_shard.hpp) by one
+  // call.
   void push_all(std::span<const float* const> points, std::span<const float* const> gradients,
-                const BlockPool& pool = BlockPool::serial());
+                const BlockPool& pool = BlockPool::serial(), ShardSums* sums = nullptr);
 
   // Replaces the whole history: the bookkeeping of `gram` (same capacity) and
   // its size() rows of points and gradients, in slot order. For checkpoints
@@ -61,8 +65,9 @@ class GradientHistory : public HistoryGram {
   std::size_t dim_;
   std::vector<float> points_;
   std::vector<float> gradients_;
-  std::vector<double> scratch_distances_;  // a push's new rows: pairs x capacity
-  std::vector<double> scratch_inner_;      // pairs x capacity
+  // A push's new statistics: pairs x size() distances, pairs squared norms,
+  // pairs x size() inner products.
+  std::vector<double> scratch_;
 };
 
 }  // namespace optex

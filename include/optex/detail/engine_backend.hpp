@@ -21,6 +21,7 @@
 
 #include "optex/batch.hpp"
 #include "optex/coordinate_range.hpp"
+#include "optex/coordinate_shard.hpp"
 #include "optex/device.hpp"
 #include "optex/gradient_history.hpp"
 #include "optex/history_gram.hpp"
@@ -168,15 +169,18 @@ class EngineBackend {
                              std::span<const char> predicted) = 0;
 };
 
-// The CPU backend.
+// The CPU backend. x0 is the shard's slice; every sum over coordinates is
+// completed through shard.sums when the slice is not the whole vector.
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
-                                                const Options& options);
+                                                const Options& options,
+                                                const CoordinateShard& shard);
 // The CUDA backend on options.device; throws std::invalid_argument when optex
 // was built without CUDA or the device does not exist, std::runtime_error
 // when the history does not fit in device memory.
 std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
                                                  const OptimizerRanges& optimizer,
-                                                 const Options& options);
+                                                 const Options& options,
+                                                 const CoordinateShard& shard);
 
 }  // namespace optex::detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "optex/batch.hpp"
+#include "optex/coordinate_shard.hpp"
 
 namespace optex::detail {
 
@@ -26,9 +27,11 @@ struct Reduction {
 // chain's gradient row p and loss p := the means of point p's admissible
 // evaluations (rows with admissible[r] != 0), summed in double in row order;
 // a NaN loss where a point has none (the commit then drops it). Writes the
-// chain only. `scratch` is work space (resized to d doubles).
+// chain only. `scratch` is work space (resized to d doubles). With `sums`
+// the rows hold one slice of the coordinates: the noise's sums over
+// coordinates are completed across the slices (coordinate_shard.hpp).
 Reduction reduce_evaluations(Batch& rows, std::span<const char> admissible,
                              std::span<const int> evaluations, Batch& chain,
-                             std::vector<double>& scratch);
+                             std::vector<double>& scratch, ShardSums* sums = nullptr);
 
 }  // namespace optex::detail
