@@ -574,7 +574,8 @@ ProxySetup& proxy_setup(std::int64_t d, std::int64_t t0, optex::Precision precis
   o.history = static_cast<int>(t0);
   o.device = optex::Device::cuda(0);
   o.history_precision = precision;
-  s->backend = optex::detail::make_cuda_backend(start_point(d), make_optimizer(opt), o);
+  s->backend = optex::detail::make_cuda_backend(start_point(d), make_optimizer(opt), o,
+                                                optex::CoordinateShard::whole(d));
   BatchAccess::allocate(s->batch, kProxyParallelism, static_cast<std::size_t>(d),
                         optex::Device::cuda(0));
   fill_history(*s);

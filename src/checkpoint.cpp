@@ -69,11 +69,9 @@ void Engine::save(const std::string& path) const {
   detail::write_file_atomically("checkpoint", path, pieces);
 }
 
-Engine Engine::load(const std::string& path, std::optional<Device> device,
-                    std::optional<Precision> history_precision) {
-  // The arguments first, so that their faults are never blamed on a file.
-  detail::check_file_path("path", path);
-  detail::check_resume_arguments(device, history_precision);
+namespace detail {
+
+EngineSnapshot read_checkpoint(const std::string& path, std::uint32_t* format_version) {
   const std::vector<char> file = detail::read_regular_file("checkpoint", path);
   constexpr std::size_t kHeader = sizeof kMagic + sizeof(std::uint32_t) + sizeof(std::uint64_t);
   Reader header(file.data(), file.size(), path);
@@ -99,17 +97,32 @@ Engine Engine::load(const std::string& path, std::optional<Device> device,
   if (stored != checksum(file, kHeader, file.size() - sizeof stored))
     header.fail("checksum mismatch (corrupted)");
   Reader payload(file.data() + kHeader, static_cast<std::size_t>(payload_size), path, kHeader);
-  EngineSnapshot state = detail::read_payload(payload, version);
+  if (format_version != nullptr) *format_version = version;
+  return detail::read_payload(payload, version);
+}
+
+}  // namespace detail
+
+Engine Engine::load(const std::string& path, std::optional<Device> device,
+                    std::optional<Precision> history_precision) {
+  // The arguments first, so that their faults are never blamed on a file.
+  detail::check_file_path("path", path);
+  detail::check_resume_arguments(device, history_precision);
+  EngineSnapshot state = detail::read_checkpoint(path);
   // The caller's choice, not the file's content, decides a failure here.
   const Options options = detail::resumed_options(state.options, device, history_precision);
+  const auto fail = [&](const std::string& why) {
+    throw std::runtime_error("checkpoint '" + path + "': " + why);
+  };
   if (const std::string why = detail::unavailable_device(options); !why.empty()) {
-    payload.fail("saved on " + why + "; pass a device to Engine::load to resume elsewhere");
+    fail("saved on " + why + "; pass a device to Engine::load to resume elsewhere");
   }
   try {
     return from_validated_snapshot(std::move(state), options);
   } catch (const std::invalid_argument& e) {
-    payload.fail(std::string("invalid content: ") + e.what());
+    fail(std::string("invalid content: ") + e.what());
   }
+  throw std::logic_error("unreachable");
 }
 
 }  // namespace optex

@@ -56,4 +56,10 @@ void write_payload(const EngineSnapshot& snapshot, PayloadPieces& out);
 // std::runtime_error naming the field, its byte offset and the first bad value.
 EngineSnapshot read_payload(Reader& r, std::uint32_t version);
 
+// The snapshot in the checkpoint file at `path` (the format of Engine::save),
+// its framing checked and every field validated as read_payload does; throws
+// std::runtime_error naming the path, the field and the reason. The file's
+// format version goes to *format_version where given.
+EngineSnapshot read_checkpoint(const std::string& path, std::uint32_t* format_version = nullptr);
+
 }  // namespace optex::detail

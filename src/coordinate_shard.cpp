@@ -17,11 +17,12 @@ CoordinateShard shard_of(std::size_t d, int ranks, int rank) {
   const std::size_t blocks = block_count(d);
   const auto w = static_cast<std::size_t>(ranks);
   if (blocks < w) {
-    throw std::invalid_argument(
-        "sharded state: dimension " + std::to_string(d) + " has " + std::to_string(blocks) +
-        " blocks of " + std::to_string(kCoordinateBlock) + " coordinates, fewer than the " +
-        std::to_string(ranks) + " ranks (each rank owns at least one block); use fewer ranks "
-        "or the replicated DistributedEngine");
+    throw std::invalid_argument("sharded state: dimension " + std::to_string(d) + " has " +
+                                std::to_string(blocks) + " blocks of " +
+                                std::to_string(kCoordinateBlock) + " coordinates, fewer than the " +
+                                std::to_string(ranks) +
+                                " ranks (each rank owns at least one block); use fewer ranks "
+                                "or the replicated DistributedEngine");
   }
   const auto r = static_cast<std::size_t>(rank);
   const std::size_t base = blocks / w;

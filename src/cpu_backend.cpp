@@ -292,8 +292,8 @@ class CpuBackend final : public EngineBackend {
   OptimizerState work_state_;        // s_{N-1} after ask(); the staged state after stage_step()
   bool work_state_is_last_ = false;  // work_state_ still is the s_{N-1} ask() left
   GradientHistory history_;
-  float bound_;       // magnitude_bound(d) of the whole vector
-  ShardSums* sums_;   // completes sums over coordinates across slices; nullptr when whole
+  float bound_;      // magnitude_bound(d) of the whole vector
+  ShardSums* sums_;  // completes sums over coordinates across slices; nullptr when whole
   GpGradientEstimator estimator_;
   bool weights_finite_ = true;        // every GP weight of this batch's proxy steps
   std::vector<float> float_weights_;  // a GP proxy step's weights, as its weighted sum uses them
@@ -317,8 +317,9 @@ std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
   const std::size_t bytes = checked_bytes(
       what, contents, {2 + static_cast<std::size_t>(optimizer.state_slots().count()), d},
       sizeof(float));
-  return allocate_or_explain(what, contents, bytes,
-                             [&] { return std::make_unique<CpuBackend>(x0, optimizer, options, shard); });
+  return allocate_or_explain(what, contents, bytes, [&] {
+    return std::make_unique<CpuBackend>(x0, optimizer, options, shard);
+  });
 }
 
 }  // namespace optex::detail

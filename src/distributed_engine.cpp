@@ -14,131 +14,21 @@
 #include "optex/detail/configuration_fingerprint.hpp"
 #include "optex/random.hpp"
 #include "optex/startup_agreement.hpp"
+#include "rank_agreement.hpp"
 
 namespace optex {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// "ranks 2, 3" or "rank 2".
-std::string name_ranks(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t k = 0; k < ranks.size(); ++k) {
-    if (k > 0) s += ", ";
-    s += std::to_string(ranks[k]);
-  }
-  return s;
-}
-
-// Collective, after the ranks found that their configurations differ: names
-// the first field that differs and the ranks that differ from rank 0.
-std::string mismatch_text(Communicator& comm,
-                          const std::vector<std::pair<std::string, std::string>>& fields,
-                          const std::vector<int>& differ) {
-  std::string first = first_disagreement(comm, fields);
-  if (first.empty()) first = "ranks disagree on a field this build cannot name";
-  return first + " (" + name_ranks(differ) + (differ.size() == 1 ? " differs" : " differ") +
-         " from rank 0)";
-}
-
-// Copies a message into a fixed, zero-terminated field.
-template <std::size_t N>
-void put_message(char (&field)[N], std::string_view message) {
-  const std::size_t n = std::min(message.size(), N - 1);
-  std::memcpy(field, message.data(), n);
-  std::memset(field + n, 0, N - n);
-}
-
-// The error every rank agrees on after a collective step fails somewhere.
-struct StepOutcome {
-  std::int32_t failed = 0;
-  char message[240] = {};
-};
-
-// Runs `step` on every rank and agrees on the outcome: if it threw anywhere,
-// every rank throws (the failing rank its own exception, the others
-// std::invalid_argument or std::runtime_error naming the failing ranks). A rank
-// that fails alone would otherwise leave the others waiting in the next
-// collective.
-template <class Step>
-void collectively(Communicator& comm, std::string_view what, bool invalid_argument, Step&& step) {
-  StepOutcome mine;
-  std::exception_ptr error;
-  try {
-    step();
-  } catch (const std::exception& e) {
-    error = std::current_exception();
-    mine.failed = 1;
-    put_message(mine.message, e.what());
-  } catch (...) {
-    error = std::current_exception();
-    mine.failed = 1;
-    put_message(mine.message, "unknown exception");
-  }
-  std::vector<StepOutcome> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(std::span<const StepOutcome>(&mine, 1), std::span<StepOutcome>(all));
-  std::vector<int> failed;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (all[static_cast<std::size_t>(r)].failed) failed.push_back(r);
-  }
-  if (failed.empty()) return;
-  if (error) std::rethrow_exception(error);
-  const std::string msg = std::string(what) + ": " + name_ranks(failed) +
-                          " failed: " + all[static_cast<std::size_t>(failed.front())].message;
-  if (invalid_argument) throw std::invalid_argument(msg);
-  throw std::runtime_error(msg);
-}
+using detail::collectively;
+using detail::name_ranks;
 
 // What every rank needs to know about the others before the first iteration.
 struct Configuration {
   std::uint64_t fingerprint = 0;  // options, optimizer, dimension
   std::uint64_t layout = 0;       // distributed options
 };
-
-std::uint64_t layout_fingerprint(const DistributedOptions& d) {
-  std::uint64_t h = mix_seed(static_cast<std::uint64_t>(d.data_parallel),
-                             static_cast<std::uint64_t>(d.hash_interval));
-  return mix_seed(h, static_cast<std::uint64_t>(d.on_failure));
-}
-
-// Per rank, at tell(): where it is, what failed, and its losses.
-struct StatusHeader {
-  std::int64_t iteration = 0;
-  std::uint64_t unchanged = 0;  // unchanged_hash() of the rank's ranges
-  std::int32_t failures = 0;
-  std::int32_t failed_point = -1;
-  char message[200] = {};
-};
-
-// What the ranks compare of tell()'s `unchanged`: a hash of the ranges,
-// odd, and 0 where this rank refused them (`refusal` says why).
-std::uint64_t unchanged_hash(std::span<const CoordinateRange> ranges, const std::string& refusal) {
-  if (!refusal.empty()) return 0;
-  return fnv1a64(reinterpret_cast<const unsigned char*>(ranges.data()), ranges.size_bytes()) | 1u;
-}
-
-// Every rank must commit with the same `unchanged`, or the states part: a
-// rank that refused its ranges, or ranks whose ranges differ from rank 0's,
-// make every rank throw, before anything changes.
-void agree_on_unchanged(const std::vector<std::uint64_t>& hashes, const std::string& refusal) {
-  if (!refusal.empty()) throw std::invalid_argument(refusal);
-  std::vector<int> refused;
-  std::vector<int> differ;
-  for (std::size_t r = 0; r < hashes.size(); ++r) {
-    if (hashes[r] == 0) refused.push_back(static_cast<int>(r));
-    if (hashes[r] != hashes[0]) differ.push_back(static_cast<int>(r));
-  }
-  if (!refused.empty()) {
-    throw std::invalid_argument("unchanged: coordinate ranges refused by " + name_ranks(refused) +
-                                " (every rank must pass the same valid ranges); nothing was "
-                                "committed");
-  }
-  if (!differ.empty()) {
-    throw std::invalid_argument("unchanged: " + name_ranks(differ) +
-                                " passed other coordinate ranges than rank 0 (every rank must "
-                                "pass the same); nothing was committed");
-  }
-}
 
 Engine build_engine(std::span<const float> x0, OptimizerRanges optimizer, const Options& options,
                     Communicator& comm, const DistributedOptions& distributed) {
@@ -320,103 +210,23 @@ const IterationInfo& DistributedEngine::tell(Batch& batch,
 
 void DistributedEngine::exchange_status_and_losses(Batch& batch,
                                                    std::span<const CoordinateRange> unchanged) {
-  // One fixed-size record per rank: the header, then the losses of this
-  // rank's points (padded to the largest group).
-  const int max_rows = points_of_group(0).count;  // the first groups are the largest
-  const std::size_t record = sizeof(StatusHeader) + sizeof(double) * max_rows;
-  std::vector<std::byte> mine(record);
-  StatusHeader header;
-  header.iteration = engine_.iteration();
-  // Checked here but refused only after the exchange: a rank that threw alone
-  // would leave the others waiting in it.
-  std::string refusal;
-  try {
-    check_coordinate_ranges(unchanged, engine_.dim(), "unchanged");
-  } catch (const std::invalid_argument& e) {
-    refusal = e.what();
-  }
-  header.unchanged = unchanged_hash(unchanged, refusal);
-  header.failures = static_cast<std::int32_t>(failures_.size());
-  if (!failures_.empty()) {
-    header.failed_point = failures_.front().point;
-    put_message(header.message, failures_.front().message);
-  }
-  std::memcpy(mine.data(), &header, sizeof header);
-  // The losses travel as they are; a failed point's is NaN.
   const PointRange own = my_points();
-  for (const Failure& f : failures_) batch.loss(f.point) = std::numeric_limits<double>::quiet_NaN();
-  for (int k = 0; k < own.count; ++k) {
-    const double loss = batch.loss(own.first + k);
-    std::memcpy(mine.data() + sizeof header + sizeof(double) * k, &loss, sizeof loss);
+  for (const detail::PointFailure& f : failures_) {
+    batch.loss(f.point) = std::numeric_limits<double>::quiet_NaN();
   }
-  std::vector<std::byte> all(record * static_cast<std::size_t>(world_size()));
-  world_->all_gather_bytes(mine, all);
-  stats_.bytes_sent += record;
-  ++stats_.collectives;
-
-  const auto header_of = [&](int r) {
-    StatusHeader h;
-    std::memcpy(&h, all.data() + record * static_cast<std::size_t>(r), sizeof h);
-    return h;
-  };
-  const auto loss_of = [&](int r, int k) {
-    double v;
-    std::memcpy(&v,
-                all.data() + record * static_cast<std::size_t>(r) + sizeof(StatusHeader) +
-                    sizeof(double) * k,
-                sizeof v);
-    return v;
-  };
-
-  // Ranks out of step (a rank skipped a tell): nothing sensible can follow.
-  std::vector<int> out_of_step;
-  for (int r = 0; r < world_size(); ++r) {
-    if (header_of(r).iteration != header_of(0).iteration) out_of_step.push_back(r);
-  }
-  if (!out_of_step.empty()) {
-    throw RankDivergence("tell: " + name_ranks(out_of_step) +
-                         " at another iteration than rank 0's " +
-                         std::to_string(header_of(0).iteration));
-  }
-
-  std::vector<std::uint64_t> hashes(static_cast<std::size_t>(world_size()));
-  for (int r = 0; r < world_size(); ++r)
-    hashes[static_cast<std::size_t>(r)] = header_of(r).unchanged;
-  agree_on_unchanged(hashes, refusal);
-
-  // Failures, the same list on every rank.
-  std::vector<int> failed_ranks;
-  for (int r = 0; r < world_size(); ++r) {
-    if (header_of(r).failures > 0) failed_ranks.push_back(r);
-  }
-  const int d = distributed_.data_parallel;
-  if (!failed_ranks.empty() && distributed_.on_failure == OnFailure::abort) {
-    std::ostringstream msg;
-    msg << "iteration " << engine_.iteration() << ": " << name_ranks(failed_ranks)
-        << " failed to evaluate their points";
-    for (int r : failed_ranks) {
-      const StatusHeader h = header_of(r);
-      msg << "; rank " << r << ", point " << h.failed_point << ": " << h.message;
-    }
-    const int first = failed_ranks.front();
+  std::vector<double> own_losses;
+  for (int i : own) own_losses.push_back(batch.loss(i));
+  std::vector<double> losses;
+  try {
+    losses = detail::exchange_status_and_losses(
+        *world_, {engine_.options().parallelism, groups_, distributed_.data_parallel},
+        distributed_.on_failure, engine_.iteration(), engine_.dim(), unchanged, failures_,
+        own_losses, stats_);
+  } catch (const RankFailure&) {
     failures_.clear();
-    throw RankFailure(msg.str(), first, header_of(first).failed_point);
+    throw;
   }
-
-  // Each point's loss is its group's mean. A failed point carries a NaN loss
-  // (set below, before the exchange), so its mean is NaN and the engine drops
-  // it on every rank like any non-finite pair.
-  std::vector<double> group_losses(static_cast<std::size_t>(d));
-  for (int g = 0; g < groups_; ++g) {
-    const PointRange points = points_of_group(g);
-    for (int k = 0; k < points.count; ++k) {
-      for (int dr = 0; dr < d; ++dr) {
-        group_losses[static_cast<std::size_t>(dr)] = loss_of(g * d + dr, k);
-      }
-      const int i = points.first + k;
-      batch.loss(i) = mean_in_rank_order(group_losses);
-    }
-  }
+  for (int i = 0; i < batch.size(); ++i) batch.loss(i) = losses[static_cast<std::size_t>(i)];
 }
 
 std::span<float> DistributedEngine::gradient_rows(Batch& batch) {
@@ -484,18 +294,13 @@ void DistributedEngine::set_optimizer(const OptimizerRanges& optimizer) {
   });
   const std::uint64_t mine =
       detail::configuration_fingerprint(engine_.options(), optimizer, engine_.dim());
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(world_size()));
-  world_->all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
-  std::vector<int> differ;
-  for (int r = 1; r < world_size(); ++r) {
-    if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
-  }
+  const std::vector<int> differ = detail::ranks_differing_from_rank0(*world_, mine);
   if (!differ.empty()) {
     throw std::invalid_argument(
         "set_optimizer: " +
-        mismatch_text(*world_,
-                      detail::configuration_fields(engine_.options(), optimizer, engine_.dim()),
-                      differ));
+        detail::mismatch_text(
+            *world_, detail::configuration_fields(engine_.options(), optimizer, engine_.dim()),
+            differ));
   }
   collectively(*world_, "set_optimizer", true, [&] { engine_.set_optimizer(optimizer); });
 }
@@ -503,7 +308,7 @@ void DistributedEngine::set_optimizer(const OptimizerRanges& optimizer) {
 void DistributedEngine::check_same_configuration() {
   const Configuration mine{detail::configuration_fingerprint(
                                engine_.options(), engine_.optimizer_ranges(), engine_.dim()),
-                           layout_fingerprint(distributed_)};
+                           detail::layout_fingerprint(distributed_)};
   std::vector<Configuration> all(static_cast<std::size_t>(world_size()));
   world_->all_gather(std::span<const Configuration>(&mine, 1), std::span<Configuration>(all));
   std::vector<int> differ;
@@ -516,11 +321,9 @@ void DistributedEngine::check_same_configuration() {
     // to name the first that differs.
     auto fields =
         detail::configuration_fields(engine_.options(), engine_.optimizer_ranges(), engine_.dim());
-    fields.emplace_back("distributed.data_parallel", std::to_string(distributed_.data_parallel));
-    fields.emplace_back("distributed.hash_interval", std::to_string(distributed_.hash_interval));
-    fields.emplace_back("distributed.on_failure",
-                        distributed_.on_failure == OnFailure::abort ? "abort" : "drop");
-    throw std::invalid_argument("DistributedEngine: " + mismatch_text(*world_, fields, differ));
+    detail::add_layout_fields(distributed_, fields);
+    throw std::invalid_argument("DistributedEngine: " +
+                                detail::mismatch_text(*world_, fields, differ));
   }
 }
 

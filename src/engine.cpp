@@ -26,7 +26,8 @@ std::uint64_t next_engine_id() {
 // the bound is the whole vector's, elements are numbered in it.
 std::span<const float> checked_start(std::span<const float> x0, const CoordinateShard& shard) {
   if (x0.empty()) throw std::invalid_argument("x0: dimension must be >= 1, got 0");
-  if (x0.size() != shard.size || shard.offset > shard.dim || shard.size > shard.dim - shard.offset) {
+  if (x0.size() != shard.size || shard.offset > shard.dim ||
+      shard.size > shard.dim - shard.offset) {
     throw std::invalid_argument("shard: a slice of " + std::to_string(shard.size) +
                                 " coordinates at offset " + std::to_string(shard.offset) +
                                 " of dimension " + std::to_string(shard.dim) +
@@ -117,10 +118,7 @@ Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options opt
   if (uses_chain()) chain_.allocate(options_.parallelism, x0.size(), options_.device);
 }
 
-bool Engine::uses_chain() const {
-  return options_.evaluations_per_point > 1 || options_.strategy == Strategy::adaptive ||
-         std::isfinite(options_.max_posterior_variance) || std::isfinite(options_.trust_region);
-}
+bool Engine::uses_chain() const { return options_.separates_points_from_rows(); }
 
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;

@@ -1,6 +1,7 @@
 // Per-range hyperparameters: their shape rules and how they may change.
 #include "optex/optimizer_ranges.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -108,6 +109,26 @@ void check_step_offsets(const OptimizerRanges& ranges, std::int64_t state_step) 
           std::to_string(state_step) + " (a range joins at a step the state has reached)");
     }
   }
+}
+
+OptimizerRanges slice_ranges(const OptimizerRanges& sized, std::size_t offset, std::size_t size) {
+  if (sized.covers_any_dimension()) return sized;
+  const std::optional<std::size_t> total = total_size(sized.ranges());
+  if (size == 0 || !total || offset > *total || size > *total - offset) {
+    throw std::invalid_argument("slice: coordinates [" + std::to_string(offset) + ", " +
+                                std::to_string(offset) + " + " + std::to_string(size) +
+                                ") are not a non-empty part of the ranges");
+  }
+  std::vector<OptimizerRange> part;
+  std::size_t begin = 0;
+  for (const OptimizerRange& r : sized.ranges()) {
+    const std::size_t end = begin + r.size;
+    const std::size_t lo = std::max(begin, offset);
+    const std::size_t hi = std::min(end, offset + size);
+    if (lo < hi) part.push_back({hi - lo, r.optimizer, r.step_offset});
+    begin = end;
+  }
+  return OptimizerRanges(std::move(part));
 }
 
 }  // namespace optex

@@ -93,4 +93,9 @@ void Stop::validate() const {
   require_non_negative("grad_tol", grad_tol);
 }
 
+bool Options::separates_points_from_rows() const {
+  return evaluations_per_point > 1 || strategy == Strategy::adaptive ||
+         std::isfinite(max_posterior_variance) || std::isfinite(trust_region);
+}
+
 }  // namespace optex

@@ -51,6 +51,13 @@
 
 namespace optex {
 
+namespace detail {
+struct PointFailure {
+  int point;
+  std::string message;
+};
+}  // namespace detail
+
 enum class OnFailure {
   abort,  // every rank throws RankFailure from tell()
   drop,   // the failed point is dropped on every rank, like a non-finite gradient
@@ -203,11 +210,7 @@ class DistributedEngine {
   std::unique_ptr<Communicator> group_comm_;
   std::unique_ptr<Communicator> peer_comm_;
   // Failures recorded by fail() since the last ask().
-  struct Failure {
-    int point;
-    std::string message;
-  };
-  std::vector<Failure> failures_;
+  std::vector<detail::PointFailure> failures_;
   std::vector<float> group_rows_;  // D x (this group's rows), D > 1 only
   CommunicationStats stats_;
 };

@@ -80,6 +80,13 @@ class OptimizerRanges {
   bool covers_any_dimension_ = false;
 };
 
+// The part of `sized` (ranges sized for a whole vector) over coordinates
+// [offset, offset + size), each range cut to it, with its hyperparameters and
+// step offset: what one slice of a sharded engine steps with. One optimizer
+// for every coordinate stays that. Throws std::invalid_argument when the part
+// is empty or reaches past the ranges.
+OptimizerRanges slice_ranges(const OptimizerRanges& sized, std::size_t offset, std::size_t size);
+
 // The sum of the ranges' sizes; nullopt when it does not fit in a size_t.
 std::optional<std::size_t> total_size(std::span<const OptimizerRange> ranges);
 

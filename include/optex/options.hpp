@@ -172,6 +172,11 @@ struct Options {
   }
 
   // Throws std::invalid_argument naming the first bad field and its value.
+  // Whether these options can make a round's points differ from its rows
+  // (several evaluations per point, the adaptive strategy, a safeguard that
+  // cuts the chain): the engine then keeps the proxy chain in a second batch.
+  bool separates_points_from_rows() const;
+
   void validate() const;
 };
 

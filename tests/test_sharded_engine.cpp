@@ -1,0 +1,194 @@
+// The sharded engine on W threads (in-process communicator): its slices, its
+// refusals, and the scenarios every communicator runs (sharded_scenarios.hpp).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "optex/in_process_communicator.hpp"
+#include "run_on_ranks.hpp"
+#include "sharded_scenarios.hpp"
+#include "throws_with.hpp"
+
+namespace optex::test {
+namespace {
+
+TEST(ShardOf, SlicesAreWholeBlocksCoveringTheVectorInOrder) {
+  for (std::size_t d : {std::size_t{4096}, std::size_t{10000}, kManyBlocksDim}) {
+    for (int w = 1; w <= static_cast<int>(block_count(d)) && w <= 5; ++w) {
+      std::size_t next = 0;
+      for (int r = 0; r < w; ++r) {
+        const CoordinateShard s = shard_of(d, w, r);
+        EXPECT_EQ(s.offset, next);
+        EXPECT_EQ(s.offset % kCoordinateBlock, 0u);
+        EXPECT_GT(s.size, 0u);
+        EXPECT_EQ(s.dim, d);
+        EXPECT_TRUE(s.is_whole());  // no sums attached yet
+        next += s.size;
+      }
+      EXPECT_EQ(next, d) << "d = " << d << ", W = " << w;
+      // Uneven: the first ranks hold one block more.
+      EXPECT_GE(shard_of(d, w, 0).size, shard_of(d, w, w - 1).size);
+    }
+  }
+}
+
+TEST(ShardOf, RefusesMoreRanksThanBlocksAndBadRanks) {
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { (void)shard_of(8000, 3, 0); },
+                                                {"fewer than the 3 ranks"}));
+  EXPECT_THROW(shard_of(8000, 0, 0), std::invalid_argument);
+  EXPECT_THROW(shard_of(8000, 2, 2), std::invalid_argument);
+  EXPECT_THROW(shard_of(8000, 2, -1), std::invalid_argument);
+}
+
+TEST(SliceRanges, CutsEveryRangeToTheSliceKeepingItsHyperparameters) {
+  const OptimizerRanges whole{
+      {10, Adam{.lr = 0.1}}, {20, Adam{.lr = 0.2}, 3}, {5, Adam{.lr = 0.3}}};
+  const OptimizerRanges part = slice_ranges(whole, 8, 25);  // [8, 33)
+  ASSERT_EQ(part.count(), 3u);
+  EXPECT_EQ(part[0].size, 2u);
+  EXPECT_EQ(part[1].size, 20u);
+  EXPECT_EQ(part[1].step_offset, 3);
+  EXPECT_EQ(part[2].size, 3u);
+  EXPECT_EQ(std::get<Adam>(part[2].optimizer).lr, 0.3);
+  EXPECT_THROW(slice_ranges(whole, 30, 10), std::invalid_argument);
+  EXPECT_THROW(slice_ranges(whole, 0, 0), std::invalid_argument);
+  // One optimizer for every coordinate stays one.
+  EXPECT_TRUE(slice_ranges(OptimizerRanges(Adam{}), 4096, 100).covers_any_dimension());
+}
+
+TEST(ShardedEngine, FollowsTheWholeEngineBitForBitWithOneBlockPerRank) {
+  for (int w : {1, 2, 3, 4}) {
+    RunOnRanks(w, [&](Communicator& comm) {
+      CheckFollowsWholeEngine(comm, OneBlockPerRankDim(w), Adam{.lr = 0.02}, true);
+    });
+  }
+}
+
+TEST(ShardedEngine, FollowsTheWholeEngineWithinToleranceWithUnevenSlices) {
+  for (int w : {2, 3, 4}) {
+    RunOnRanks(w, [&](Communicator& comm) {
+      CheckFollowsWholeEngine(comm, kManyBlocksDim, Sgd{.lr = 0.05, .momentum = 0.9}, false);
+    });
+  }
+}
+
+TEST(ShardedEngine, HybridGroupsAverageTheirMinibatchesLikeOneProcess) {
+  RunOnRanks(4, [&](Communicator& comm) {
+    CheckFollowsWholeEngine(comm, OneBlockPerRankDim(4), Adam{.lr = 0.02}, true, 2, 20);
+  });
+}
+
+TEST(ShardedEngine, RepeatsBitForBitOnEveryRank) {
+  RunOnRanks(3, [](Communicator& comm) { CheckRepeatsBitForBit(comm); });
+}
+
+TEST(ShardedEngine, CheckpointsResumeBitForBitAndSurviveAFailedSave) {
+  for (int w : {1, 3}) {
+    const std::string path =
+        ::testing::TempDir() + "optex_sharded_" + std::to_string(w) + "_" +
+        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + ".ckpt";
+    RunOnRanks(w, [&](Communicator& comm) { CheckShardedCheckpoint(comm, path); });
+  }
+}
+
+TEST(ShardedEngine, AFailedRowIsReportedToEveryRank) {
+  RunOnRanks(3, [](Communicator& comm) { CheckShardedFailures(comm); });
+}
+
+TEST(ShardedEngine, ARankThatStopsMakesTheOthersTimeOutInsteadOfHanging) {
+  RunOnRanks(3, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::seconds(2));
+    ShardedEngine engine(UniformStart(kManyBlocksDim, 1), Adam{}, ShardedOptions(3, 1), comm, {},
+                         true);
+    ShardedRound(engine);
+    if (comm.rank() == 1) return;  // stops calling the engine
+    EXPECT_THROW(ShardedRound(engine), CommunicatorError) << "rank " << comm.rank();
+  });
+}
+
+TEST(ShardedEngine, RefusesOnEveryRankWhatItCannotRun) {
+  RunOnRanks(2, [](Communicator& comm) {
+    comm.set_timeout(kTestTimeout);
+    const std::vector<float> small = UniformStart(5000, 1);  // 2 blocks
+    Options target = ShardedOptions(2, 1);
+    target.proxy = Proxy::target;
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] {
+          (void)ShardedEngine(UniformStart(kManyBlocksDim, 1), Adam{}, target, comm, {}, true);
+        },
+        {"Proxy::target"}));
+    // Far more history than the machine has memory: refused before allocation.
+    Options huge = ShardedOptions(2, 1);
+    huge.history = 4096;
+    const std::vector<float> large(25'000'000, 0.5f);  // 400 GB of history per rank
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] { (void)ShardedEngine(large, Adam{}, huge, comm, {}, true); },
+        {"needs", "bytes", "available"}));
+    // Another dimension on one rank.
+    const std::vector<float> x0 = UniformStart(comm.rank() == 0 ? kManyBlocksDim : 9000, 1);
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] { (void)ShardedEngine(x0, Adam{}, ShardedOptions(2, 1), comm, {}, true); },
+        {"dimension"}));
+    // Non-finite start, seen by the rank that owns the coordinate.
+    std::vector<float> bad = UniformStart(kManyBlocksDim, 1);
+    bad[kManyBlocksDim - 1] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_THROW(ShardedEngine(bad, Adam{}, ShardedOptions(2, 1), comm, {}, true),
+                 std::invalid_argument);
+    // Two ranks with one block each are fine; three would not be.
+    EXPECT_NO_THROW(ShardedEngine(small, Adam{}, ShardedOptions(2, 1), comm, {}, true));
+  });
+  RunOnRanks(3, [](Communicator& comm) {
+    comm.set_timeout(kTestTimeout);
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] {
+          (void)ShardedEngine(UniformStart(5000, 1), Adam{}, ShardedOptions(3, 1), comm, {}, true);
+        },
+        {"blocks"}));
+  });
+}
+
+TEST(ShardedEngine, PerRankMemoryFallsAsOneOverW) {
+  const Options options = ShardedOptions(4, 1);
+  const std::size_t d = 64 * kCoordinateBlock;
+  const ShardMemory one = shard_memory(d, 1, 0, options, Adam{});
+  for (int w : {2, 4, 8}) {
+    const ShardMemory m = shard_memory(d, w, 0, options, Adam{});
+    EXPECT_EQ(m.history * static_cast<std::size_t>(w), one.history);
+    EXPECT_EQ(m.optimizer * static_cast<std::size_t>(w), one.optimizer);
+  }
+  EXPECT_EQ(one.history, 2u * 12u * d * sizeof(float));
+}
+
+TEST(ShardedEngine, UnchangedRangesAcrossSlicesKeepTheirCoordinates) {
+  RunOnRanks(2, [](Communicator& comm) {
+    comm.set_timeout(kTestTimeout);
+    ShardedEngine engine(UniformStart(kManyBlocksDim, 3), Adam{.lr = 0.05}, ShardedOptions(2, 4),
+                         comm, {}, true);
+    ShardedRound(engine);
+    const std::vector<float> before = WholeIterate(engine);
+    // A range that straddles the two slices.
+    const std::size_t straddle =
+        engine.shard().offset == 0 ? engine.shard().size - 10 : engine.shard().offset - 10;
+    std::size_t first = straddle;
+    comm.broadcast(std::span<std::size_t>(&first, 1), 0);
+    const CoordinateRange kept{first, 20};
+    NoisyQuadratic f;
+    ShardedBatch& b = engine.ask();
+    for (int i : b.rows()) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i), b.seed(i));
+    engine.tell(b, {&kept, 1});
+    const std::vector<float> after = WholeIterate(engine);
+    for (std::size_t j = first; j < first + 20; ++j) EXPECT_EQ(after[j], before[j]) << j;
+    EXPECT_NE(after[first + 30], before[first + 30]);
+    // A range past the end is refused on every rank, and the batch stays pending.
+    const CoordinateRange outside{kManyBlocksDim - 5, 10};
+    ShardedBatch& c = engine.ask();
+    for (int i : c.rows()) c.loss(i) = f.EvaluateWithGradient(c.point(i), c.grad(i), c.seed(i));
+    EXPECT_THROW(engine.tell(c, {&outside, 1}), std::invalid_argument);
+    EXPECT_TRUE(engine.engine().pending());
+    engine.tell(c);
+  });
+}
+
+}  // namespace
+}  // namespace optex::test
