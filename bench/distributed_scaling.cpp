@@ -82,20 +82,6 @@ std::pair<double, double> time_iterations(optex::DistributedEngine& engine, cons
 }
 
 // "1e3,1e4": positive integers, no empty or repeated item.
-std::vector<std::size_t> parse_dims(const std::string& list) {
-  std::vector<std::size_t> dims;
-  for (const std::string& item : optex_bench::split_list("--comm-dims", list)) {
-    const double v = optex_bench::whole_number(item).value_or(0.0);  // 0: refused below
-    if (!(v >= 1.0 && v <= 1e12) || v != std::floor(v)) {
-      throw std::invalid_argument("--comm-dims: item '" + item + "' of '" + list +
-                                  "' is not an integer in [1, 1e12]");
-    }
-    dims.push_back(static_cast<std::size_t>(v));
-  }
-  optex_bench::refuse_repeats("--comm-dims", list, dims);
-  return dims;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,7 +150,7 @@ int main(int argc, char** argv) {
   // Every rank parses the same text, so every rank stops here alike.
   std::vector<std::size_t> dims;
   try {
-    dims = parse_dims(comm_dims);
+    dims = optex_bench::dimension_list("--comm-dims", comm_dims);
   } catch (const std::invalid_argument& e) {
     if (rank == 0) std::fprintf(stderr, "distributed_scaling: error: %s\n", e.what());
     return 2;

@@ -5,11 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "number_text.hpp"
 
 namespace optex_bench {
 
@@ -42,6 +45,21 @@ void refuse_repeats(std::string_view flag, const std::string& text, const std::v
                                   std::to_string(first - values.begin() + 1));
     }
   }
+}
+
+// "1e3,1e4,1e6": positive whole numbers up to 1e12, no repeats (dimensions).
+inline std::vector<std::size_t> dimension_list(std::string_view flag, const std::string& list) {
+  std::vector<std::size_t> dims;
+  for (const std::string& item : split_list(flag, list)) {
+    const double v = whole_number(item).value_or(0.0);  // 0: refused below
+    if (!(v >= 1.0 && v <= 1e12) || v != std::floor(v)) {
+      throw std::invalid_argument(std::string(flag) + ": item '" + item + "' of '" + list +
+                                  "' is not an integer in [1, 1e12]");
+    }
+    dims.push_back(static_cast<std::size_t>(v));
+  }
+  refuse_repeats(flag, list, dims);
+  return dims;
 }
 
 }  // namespace optex_bench

@@ -315,6 +315,14 @@ ShardedBatch& ShardedEngine::ask() {
   return batch_;
 }
 
+void ShardedEngine::count_sent(std::span<const std::size_t> send_counts) {
+  for (std::size_t r = 0; r < send_counts.size(); ++r) {
+    if (static_cast<int>(r) != rank())
+      stats_->bytes_sent += send_counts[r] * kFloat;  // not the copy to itself
+  }
+  ++stats_->collectives;
+}
+
 void ShardedEngine::send_points(int k) {
   // Rank s sends its slice of row k of every group to the group's ranks.
   const auto w = static_cast<std::size_t>(world_size());
@@ -334,8 +342,7 @@ void ShardedEngine::send_points(int k) {
   Batch& slices = const_cast<Batch&>(engine_.ask());
   world_->all_to_all_floats(BatchAccess::points(slices), send_counts, send_offsets,
                             batch_.points_.data(), recv_counts, recv_offsets);
-  for (std::size_t r = 0; r < w; ++r) stats_->bytes_sent += send_counts[r] * kFloat;
-  ++stats_->collectives;
+  count_sent(send_counts);
 }
 
 void ShardedEngine::send_gradients(int k) {
@@ -362,8 +369,7 @@ void ShardedEngine::send_gradients(int k) {
   }
   world_->all_to_all_floats(batch_.grads_.data(), send_counts, send_offsets,
                             d == 1 ? grads : received_.data(), recv_counts, recv_offsets);
-  for (std::size_t r = 0; r < w; ++r) stats_->bytes_sent += send_counts[r] * kFloat;
-  ++stats_->collectives;
+  count_sent(send_counts);
   if (d == 1) return;
   for (int g = 0; g < groups_; ++g) {
     const PointRange rows = points_of_group(g);

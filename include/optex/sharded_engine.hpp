@@ -149,6 +149,7 @@ class ShardedEngine {
   // of gradients to their owners (tell).
   void send_points(int k);
   void send_gradients(int k);
+  void count_sent(std::span<const std::size_t> send_counts);
   std::vector<CoordinateRange> local_ranges(std::span<const CoordinateRange> unchanged) const;
 
   Communicator* world_;
