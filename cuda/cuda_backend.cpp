@@ -26,7 +26,8 @@ using detail::BatchAccess;
 template <class PointStore, class GradStore>
 CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
-                                                const Options& options)
+                                                const Options& options,
+                                                const CoordinateShard& shard)
     : activation_(checked_device(options.device)),
       options_(options),
       optimizer_(optimizer),
@@ -36,7 +37,8 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
       capacity_(static_cast<std::size_t>(options.history)),
       slots_(optimizer.state_slots()),
       reduction_blocks_(reduction_blocks(x0.size())),
-      bound_(magnitude_bound(x0.size())),
+      bound_(magnitude_bound(shard.dim)),
+      sums_(shard.sums),
       blas_(stream_.get()),
       solver_(stream_.get()),
       device_bytes_(check_device_memory(x0.size(), optimizer.state_slots().count(), options,
@@ -330,13 +332,14 @@ std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
   }
   switch (options.history_precision) {
     case Precision::bf16:
-      return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options);
+      return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options,
+                                                                       shard);
     case Precision::bf16_gradients:
-      return std::make_unique<cuda::CudaBackend<float, bf16_bits>>(x0, optimizer, options);
+      return std::make_unique<cuda::CudaBackend<float, bf16_bits>>(x0, optimizer, options, shard);
     case Precision::fp32:
       break;
   }
-  return std::make_unique<cuda::CudaBackend<float, float>>(x0, optimizer, options);
+  return std::make_unique<cuda::CudaBackend<float, float>>(x0, optimizer, options, shard);
 }
 
 }  // namespace optex::detail

@@ -36,6 +36,7 @@
 #include "cuda_context.hpp"
 #include "device_buffer.hpp"
 #include "kernels.cuh"
+#include "optex/coordinate_shard.hpp"
 #include "optex/detail/engine_backend.hpp"
 
 namespace optex::cuda {
@@ -45,7 +46,8 @@ namespace optex::cuda {
 template <class PointStore, class GradStore>
 class CudaBackend final : public detail::EngineBackend, public detail::DeviceRows {
  public:
-  CudaBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options);
+  CudaBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options,
+              const CoordinateShard& shard);
   ~CudaBackend() override {
     // The buffers and handles are released by the member destructors that
     // run after this body: make the device current for them; activation_
@@ -104,6 +106,9 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   float* predicted_row(int i) { return predicted_.data() + offset(static_cast<std::size_t>(i)); }
   double* weights_row(int p) { return weights_.data() + static_cast<std::size_t>(p) * capacity_; }
   void require_attached(const Batch& batch) const;
+  // Whether the weights of this batch's GP steps are finite; after the wait
+  // that brought weights_host_ over.
+  bool gp_weights_finite() const;
 
   // ---- the optimizer state --------------------------------------------------
   // The device rows of the committed state and of the work state the proxy
@@ -170,7 +175,8 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::size_t capacity_;  // T0
   StateSlots slots_;      // the state buffers the optimizer keeps
   int reduction_blocks_;
-  float bound_;  // magnitude_bound(d_)
+  float bound_;      // magnitude_bound of the whole vector's dimension
+  ShardSums* sums_;  // completes sums over coordinates across slices; nullptr when whole
 
   Stream stream_;
   BlasHandle blas_;

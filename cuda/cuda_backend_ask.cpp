@@ -153,6 +153,16 @@ void CudaBackend<PointStore, GradStore>::proxy_step(Batch& batch, int i, ProxySo
 }
 
 template <class PointStore, class GradStore>
+bool CudaBackend<PointStore, GradStore>::gp_weights_finite() const {
+  for (std::size_t p = 0; p < gp_rows_.size(); ++p) {
+    if (!gp_rows_[p]) continue;
+    const double* w = weights_host_.data() + p * capacity_;
+    if (!std::all_of(w, w + fitted_size_, [](double v) { return std::isfinite(v); })) return false;
+  }
+  return true;
+}
+
+template <class PointStore, class GradStore>
 bool CudaBackend<PointStore, GradStore>::finish_batch(Batch& batch) {
   DeviceGuard guard(device_index_);
   require_attached(batch);
@@ -165,13 +175,9 @@ bool CudaBackend<PointStore, GradStore>::finish_batch(Batch& batch) {
   // ask() hands the rows to the caller, who may read them from any stream or
   // from the host: they must be complete. The weights copy and the bound
   // checks of the proxy points and the work state ride along in one wait.
-  if (!rows_and_work_state_within(point_row(0), n_points_)) return false;
-  for (std::size_t p = 0; p < gp_rows_.size(); ++p) {
-    if (!gp_rows_[p]) continue;
-    const double* w = weights_host_.data() + p * capacity_;
-    if (!std::all_of(w, w + fitted_size_, [](double v) { return std::isfinite(v); })) return false;
-  }
-  return true;
+  const bool within = rows_and_work_state_within(point_row(0), n_points_);
+  // Every slice asks, whatever its own answer: the completion is a collective.
+  return on_every_slice(sums_, within && gp_weights_finite());
 }
 
 #define OPTEX_INSTANTIATE(P, G)                                                               \

@@ -45,6 +45,7 @@ void CudaBackend<PointStore, GradStore>::check_gradients(Batch& batch, std::span
                                    cudaMemcpyDeviceToHost, stream()));
   synchronize();  // which pairs are finite decides, on the host, where the commit steps from
   for (std::size_t r = 0; r < n; ++r) finite[r] = finite_host_.data()[r] != 0 ? 1 : 0;
+  complete_flags(sums_, finite.first(n));  // a pair is finite where it is on every slice
 }
 
 template <class PointStore, class GradStore>
@@ -53,7 +54,7 @@ bool CudaBackend<PointStore, GradStore>::stage_step(Batch& batch, int c) {
   require_attached(batch);
   enqueue_committed_step(batch, c);
   work_state_is_last_ = false;
-  return rows_and_work_state_within(next_x_.data(), 1);
+  return on_every_slice(sums_, rows_and_work_state_within(next_x_.data(), 1));
 }
 
 template <class PointStore, class GradStore>
