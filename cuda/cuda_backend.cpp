@@ -86,6 +86,7 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   new_inner_host_ = PinnedBuffer<float>(t0 * t0);
   info_host_ = PinnedBuffer<int>(1);
   finite_host_ = PinnedBuffer<int>(n + kMaxStateSlots);
+  if (sums_ != nullptr) query_distances_host_ = PinnedBuffer<double>(t0);
 
   gp_rows_.assign(n - 1, 0);
   push_slots_.assign(n, 0);

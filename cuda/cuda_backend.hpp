@@ -6,7 +6,8 @@
 // event is needed. The host waits for the device only where it must read a
 // result (each synchronisation says why):
 //   fit            one per jitter attempt: the escalation is decided on the host
-//   proxy_step     none (oracle steps: one each, the oracle runs on the host)
+//   proxy_step     none (oracle steps: one each, the oracle runs on the host;
+//                  GP steps on a slice: one each, for the distances' sums)
 //   finish_batch   one: ask() hands the rows to the caller; GP weights checked
 //   check_gradients one: which pairs are finite decides the commit on the host
 //   stage_step     one: whether the step stays within the bound, likewise
@@ -109,6 +110,9 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   // Whether the weights of this batch's GP steps are finite; after the wait
   // that brought weights_host_ over.
   bool gp_weights_finite() const;
+  // The GP step's distances to the history, partial on a slice: completed
+  // on the host across the slices (a wait); nothing without sums_.
+  void complete_query_distances(int n);
 
   // ---- the optimizer state --------------------------------------------------
   // The device rows of the committed state and of the work state the proxy
@@ -207,7 +211,8 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
       dots_host_;
   PinnedBuffer<float> new_inner_host_;
   PinnedBuffer<int> info_host_, finite_host_;
-  PinnedBuffer<float> oracle_x_, oracle_g_;  // allocated by the first oracle step
+  PinnedBuffer<float> oracle_x_, oracle_g_;    // allocated by the first oracle step
+  PinnedBuffer<double> query_distances_host_;  // T0; allocated on a slice only
 
   HistoryGram gram_;
   std::size_t fitted_size_ = 0;       // rows the Cholesky factor covers; 0: not fitted

@@ -123,6 +123,7 @@ void CudaBackend<PointStore, GradStore>::proxy_step(Batch& batch, int i, ProxySo
       double* w = weights_row(p);
       squared_distances<PointStore, float>(history_x_.data(), n, d_, x_in, 1, partials_.data(),
                                            query_distances_.data(), stream());
+      complete_query_distances(n);
       covariance_vector(query_distances_.data(), n, options_.kernel, inv_scaled_lengthscale_, w,
                         stream());
       OPTEX_CUDA_CHECK(cusolverDnDpotrs(solver_.get(), CUBLAS_FILL_MODE_LOWER, n, 1,
@@ -150,6 +151,19 @@ void CudaBackend<PointStore, GradStore>::proxy_step(Batch& batch, int i, ProxySo
     }
   }
   throw std::invalid_argument("source: unknown proxy source");
+}
+
+template <class PointStore, class GradStore>
+void CudaBackend<PointStore, GradStore>::complete_query_distances(int n) {
+  if (sums_ == nullptr) return;
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(double);
+  OPTEX_CUDA_CHECK(cudaMemcpyAsync(query_distances_host_.data(), query_distances_.data(), bytes,
+                                   cudaMemcpyDeviceToHost, stream()));
+  synchronize();  // the partials are completed across the slices on the host
+  complete_sums(sums_, {query_distances_host_.data(), static_cast<std::size_t>(n)});
+  // Ordered before the next step's download into the same buffer by the stream.
+  OPTEX_CUDA_CHECK(cudaMemcpyAsync(query_distances_.data(), query_distances_host_.data(), bytes,
+                                   cudaMemcpyHostToDevice, stream()));
 }
 
 template <class PointStore, class GradStore>
