@@ -95,6 +95,10 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   new_slots_.reserve(std::min(n, t0));
   slot_index_.assign(t0, 0);
   inner_row_.assign(t0, 0.0);
+  // On a slice commit() packs its partials here: the new Gram rows' inner
+  // products and distances (at most min(N, T0) rows of T0), norms, dots.
+  const std::size_t new_rows = std::min(n, t0);
+  if (sums_ != nullptr) commit_sums_.reserve(2 * new_rows * t0 + new_rows + 3 * n);
   x_host_.assign(d_, 0.0f);
   state_host_ = init_state(optimizer_, d_);
 
@@ -327,10 +331,6 @@ std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
                                                  const OptimizerRanges& optimizer,
                                                  const Options& options,
                                                  const CoordinateShard& shard) {
-  if (!shard.is_whole()) {
-    throw std::invalid_argument("device: sharded state on " + options.device.name() +
-                                " is not available yet; use the CPU");
-  }
   switch (options.history_precision) {
     case Precision::bf16:
       return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options,

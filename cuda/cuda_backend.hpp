@@ -14,6 +14,13 @@
 //   commit         one: the new Gram rows, cosines and ||g_c|| go to the host
 //   host views     one each (iterate, optimizer_state, history, row copies)
 //
+// On a slice of the coordinates (CoordinateShard with sums), every sum over
+// coordinates reaches the host as a partial and is completed there through
+// ShardSums before anything uses it, and so is every "all finite" answer:
+// the GP step's query distances, the bound checks of finish_batch,
+// check_gradients and stage_step, and commit()'s dots and new Gram rows
+// (one call each). Without sums nothing is copied or waited for extra.
+//
 // The member functions live in three files: cuda_backend.cpp (construction,
 // state, host views, restore), cuda_backend_ask.cpp (the fit and the proxy
 // steps of ask()) and cuda_backend_commit.cpp (tell()'s checks and commit).
@@ -146,8 +153,13 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   // replaying the proxy steps to recover its state when c < N-1 or when the
   // work state ask() left was spent.
   void enqueue_committed_step(const Batch& batch, int c);
+  // The entries of dots_ a commit computes: [first, first + count).
+  struct DotRange {
+    std::size_t first = 0;
+    std::size_t count = 0;
+  };
   // p.p, p.g and g.g into dots_ (only ||g_c||^2 when no cosine is needed).
-  void enqueue_commit_dots(int c, std::span<const char> keep, std::span<const char> predicted);
+  DotRange enqueue_commit_dots(int c, std::span<const char> keep, std::span<const char> predicted);
   // Where the kept pairs go, without touching gram_: fills push_slots_,
   // final_rows_ and final_order_; returns the number of pushes and the
   // history's size after them.
@@ -163,8 +175,14 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::size_t enqueue_new_gram_rows(std::size_t size);
   // Everything the host needs, in one wait.
   void download_commit_results(std::size_t new_rows, std::size_t size);
+  // On a slice: the new Gram rows and the dots completed across the slices
+  // in one ShardSums call; nothing without sums_.
+  void complete_commit_sums(std::size_t new_rows, std::size_t size, DotRange dots);
   // The push in the host's Gram, in the CPU history's order.
   void record_history_push(const PushPlan& plan);
+  // New Gram row k's gradient inner products (`size` of them) as doubles: on
+  // a slice the completed sums, else new_inner_host_'s floats converted.
+  const double* new_inner_row(std::size_t k, std::size_t size);
   detail::CommitStats commit_stats(int c, std::span<const char> keep,
                                    std::span<const char> predicted) const;
   // The committed iterate and state become the current ones.
@@ -230,6 +248,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::vector<std::size_t> new_slots_;    // the same slots, ascending
   std::vector<std::size_t> slot_index_;   // slot -> its index in new_slots_
   std::vector<double> inner_row_;
+  std::vector<double> commit_sums_;  // a slice's commit sums, packed (reserved once)
 
   // Host views.
   std::vector<float> x_host_;
