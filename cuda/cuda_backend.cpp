@@ -26,7 +26,8 @@ using detail::BatchAccess;
 template <class PointStore, class GradStore>
 CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
-                                                const Options& options)
+                                                const Options& options,
+                                                const CoordinateShard& shard)
     : activation_(checked_device(options.device)),
       options_(options),
       optimizer_(optimizer),
@@ -36,7 +37,8 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
       capacity_(static_cast<std::size_t>(options.history)),
       slots_(optimizer.state_slots()),
       reduction_blocks_(reduction_blocks(x0.size())),
-      bound_(magnitude_bound(x0.size())),
+      bound_(magnitude_bound(shard.dim)),
+      sums_(shard.sums),
       blas_(stream_.get()),
       solver_(stream_.get()),
       device_bytes_(check_device_memory(x0.size(), optimizer.state_slots().count(), options,
@@ -84,6 +86,7 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   new_inner_host_ = PinnedBuffer<float>(t0 * t0);
   info_host_ = PinnedBuffer<int>(1);
   finite_host_ = PinnedBuffer<int>(n + kMaxStateSlots);
+  if (sums_ != nullptr) query_distances_host_ = PinnedBuffer<double>(t0);
 
   gp_rows_.assign(n - 1, 0);
   push_slots_.assign(n, 0);
@@ -92,6 +95,10 @@ CudaBackend<PointStore, GradStore>::CudaBackend(std::span<const float> x0,
   new_slots_.reserve(std::min(n, t0));
   slot_index_.assign(t0, 0);
   inner_row_.assign(t0, 0.0);
+  // On a slice commit() packs its partials here: the new Gram rows' inner
+  // products and distances (at most min(N, T0) rows of T0), norms, dots.
+  const std::size_t new_rows = std::min(n, t0);
+  if (sums_ != nullptr) commit_sums_.reserve(2 * new_rows * t0 + new_rows + 3 * n);
   x_host_.assign(d_, 0.0f);
   state_host_ = init_state(optimizer_, d_);
 
@@ -324,19 +331,16 @@ std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
                                                  const OptimizerRanges& optimizer,
                                                  const Options& options,
                                                  const CoordinateShard& shard) {
-  if (!shard.is_whole()) {
-    throw std::invalid_argument("device: sharded state on " + options.device.name() +
-                                " is not available yet; use the CPU");
-  }
   switch (options.history_precision) {
     case Precision::bf16:
-      return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options);
+      return std::make_unique<cuda::CudaBackend<bf16_bits, bf16_bits>>(x0, optimizer, options,
+                                                                       shard);
     case Precision::bf16_gradients:
-      return std::make_unique<cuda::CudaBackend<float, bf16_bits>>(x0, optimizer, options);
+      return std::make_unique<cuda::CudaBackend<float, bf16_bits>>(x0, optimizer, options, shard);
     case Precision::fp32:
       break;
   }
-  return std::make_unique<cuda::CudaBackend<float, float>>(x0, optimizer, options);
+  return std::make_unique<cuda::CudaBackend<float, float>>(x0, optimizer, options, shard);
 }
 
 }  // namespace optex::detail

@@ -6,12 +6,20 @@
 // event is needed. The host waits for the device only where it must read a
 // result (each synchronisation says why):
 //   fit            one per jitter attempt: the escalation is decided on the host
-//   proxy_step     none (oracle steps: one each, the oracle runs on the host)
+//   proxy_step     none (oracle steps: one each, the oracle runs on the host;
+//                  GP steps on a slice: one each, for the distances' sums)
 //   finish_batch   one: ask() hands the rows to the caller; GP weights checked
 //   check_gradients one: which pairs are finite decides the commit on the host
 //   stage_step     one: whether the step stays within the bound, likewise
 //   commit         one: the new Gram rows, cosines and ||g_c|| go to the host
 //   host views     one each (iterate, optimizer_state, history, row copies)
+//
+// On a slice of the coordinates (CoordinateShard with sums), every sum over
+// coordinates reaches the host as a partial and is completed there through
+// ShardSums before anything uses it, and so is every "all finite" answer:
+// the GP step's query distances, the bound checks of finish_batch,
+// check_gradients and stage_step, and commit()'s dots and new Gram rows
+// (one call each). Without sums nothing is copied or waited for extra.
 //
 // The member functions live in three files: cuda_backend.cpp (construction,
 // state, host views, restore), cuda_backend_ask.cpp (the fit and the proxy
@@ -36,6 +44,7 @@
 #include "cuda_context.hpp"
 #include "device_buffer.hpp"
 #include "kernels.cuh"
+#include "optex/coordinate_shard.hpp"
 #include "optex/detail/engine_backend.hpp"
 
 namespace optex::cuda {
@@ -45,7 +54,8 @@ namespace optex::cuda {
 template <class PointStore, class GradStore>
 class CudaBackend final : public detail::EngineBackend, public detail::DeviceRows {
  public:
-  CudaBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options);
+  CudaBackend(std::span<const float> x0, const OptimizerRanges& optimizer, const Options& options,
+              const CoordinateShard& shard);
   ~CudaBackend() override {
     // The buffers and handles are released by the member destructors that
     // run after this body: make the device current for them; activation_
@@ -104,6 +114,12 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   float* predicted_row(int i) { return predicted_.data() + offset(static_cast<std::size_t>(i)); }
   double* weights_row(int p) { return weights_.data() + static_cast<std::size_t>(p) * capacity_; }
   void require_attached(const Batch& batch) const;
+  // Whether the weights of this batch's GP steps are finite; after the wait
+  // that brought weights_host_ over.
+  bool gp_weights_finite() const;
+  // The GP step's distances to the history, partial on a slice: completed
+  // on the host across the slices (a wait); nothing without sums_.
+  void complete_query_distances(int n);
 
   // ---- the optimizer state --------------------------------------------------
   // The device rows of the committed state and of the work state the proxy
@@ -137,8 +153,13 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   // replaying the proxy steps to recover its state when c < N-1 or when the
   // work state ask() left was spent.
   void enqueue_committed_step(const Batch& batch, int c);
+  // The entries of dots_ a commit computes: [first, first + count).
+  struct DotRange {
+    std::size_t first = 0;
+    std::size_t count = 0;
+  };
   // p.p, p.g and g.g into dots_ (only ||g_c||^2 when no cosine is needed).
-  void enqueue_commit_dots(int c, std::span<const char> keep, std::span<const char> predicted);
+  DotRange enqueue_commit_dots(int c, std::span<const char> keep, std::span<const char> predicted);
   // Where the kept pairs go, without touching gram_: fills push_slots_,
   // final_rows_ and final_order_; returns the number of pushes and the
   // history's size after them.
@@ -154,8 +175,14 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::size_t enqueue_new_gram_rows(std::size_t size);
   // Everything the host needs, in one wait.
   void download_commit_results(std::size_t new_rows, std::size_t size);
+  // On a slice: the new Gram rows and the dots completed across the slices
+  // in one ShardSums call; nothing without sums_.
+  void complete_commit_sums(std::size_t new_rows, std::size_t size, DotRange dots);
   // The push in the host's Gram, in the CPU history's order.
   void record_history_push(const PushPlan& plan);
+  // New Gram row k's gradient inner products (`size` of them) as doubles: on
+  // a slice the completed sums, else new_inner_host_'s floats converted.
+  const double* new_inner_row(std::size_t k, std::size_t size);
   detail::CommitStats commit_stats(int c, std::span<const char> keep,
                                    std::span<const char> predicted) const;
   // The committed iterate and state become the current ones.
@@ -170,7 +197,8 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::size_t capacity_;  // T0
   StateSlots slots_;      // the state buffers the optimizer keeps
   int reduction_blocks_;
-  float bound_;  // magnitude_bound(d_)
+  float bound_;      // magnitude_bound of the whole vector's dimension
+  ShardSums* sums_;  // completes sums over coordinates across slices; nullptr when whole
 
   Stream stream_;
   BlasHandle blas_;
@@ -201,7 +229,8 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
       dots_host_;
   PinnedBuffer<float> new_inner_host_;
   PinnedBuffer<int> info_host_, finite_host_;
-  PinnedBuffer<float> oracle_x_, oracle_g_;  // allocated by the first oracle step
+  PinnedBuffer<float> oracle_x_, oracle_g_;    // allocated by the first oracle step
+  PinnedBuffer<double> query_distances_host_;  // T0; allocated on a slice only
 
   HistoryGram gram_;
   std::size_t fitted_size_ = 0;       // rows the Cholesky factor covers; 0: not fitted
@@ -219,6 +248,7 @@ class CudaBackend final : public detail::EngineBackend, public detail::DeviceRow
   std::vector<std::size_t> new_slots_;    // the same slots, ascending
   std::vector<std::size_t> slot_index_;   // slot -> its index in new_slots_
   std::vector<double> inner_row_;
+  std::vector<double> commit_sums_;  // a slice's commit sums, packed (reserved once)
 
   // Host views.
   std::vector<float> x_host_;

@@ -123,6 +123,7 @@ void CudaBackend<PointStore, GradStore>::proxy_step(Batch& batch, int i, ProxySo
       double* w = weights_row(p);
       squared_distances<PointStore, float>(history_x_.data(), n, d_, x_in, 1, partials_.data(),
                                            query_distances_.data(), stream());
+      complete_query_distances(n);
       covariance_vector(query_distances_.data(), n, options_.kernel, inv_scaled_lengthscale_, w,
                         stream());
       OPTEX_CUDA_CHECK(cusolverDnDpotrs(solver_.get(), CUBLAS_FILL_MODE_LOWER, n, 1,
@@ -153,6 +154,29 @@ void CudaBackend<PointStore, GradStore>::proxy_step(Batch& batch, int i, ProxySo
 }
 
 template <class PointStore, class GradStore>
+void CudaBackend<PointStore, GradStore>::complete_query_distances(int n) {
+  if (sums_ == nullptr) return;
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(double);
+  OPTEX_CUDA_CHECK(cudaMemcpyAsync(query_distances_host_.data(), query_distances_.data(), bytes,
+                                   cudaMemcpyDeviceToHost, stream()));
+  synchronize();  // the partials are completed across the slices on the host
+  complete_sums(sums_, {query_distances_host_.data(), static_cast<std::size_t>(n)});
+  // Ordered before the next step's download into the same buffer by the stream.
+  OPTEX_CUDA_CHECK(cudaMemcpyAsync(query_distances_.data(), query_distances_host_.data(), bytes,
+                                   cudaMemcpyHostToDevice, stream()));
+}
+
+template <class PointStore, class GradStore>
+bool CudaBackend<PointStore, GradStore>::gp_weights_finite() const {
+  for (std::size_t p = 0; p < gp_rows_.size(); ++p) {
+    if (!gp_rows_[p]) continue;
+    const double* w = weights_host_.data() + p * capacity_;
+    if (!std::all_of(w, w + fitted_size_, [](double v) { return std::isfinite(v); })) return false;
+  }
+  return true;
+}
+
+template <class PointStore, class GradStore>
 bool CudaBackend<PointStore, GradStore>::finish_batch(Batch& batch) {
   DeviceGuard guard(device_index_);
   require_attached(batch);
@@ -165,13 +189,9 @@ bool CudaBackend<PointStore, GradStore>::finish_batch(Batch& batch) {
   // ask() hands the rows to the caller, who may read them from any stream or
   // from the host: they must be complete. The weights copy and the bound
   // checks of the proxy points and the work state ride along in one wait.
-  if (!rows_and_work_state_within(point_row(0), n_points_)) return false;
-  for (std::size_t p = 0; p < gp_rows_.size(); ++p) {
-    if (!gp_rows_[p]) continue;
-    const double* w = weights_host_.data() + p * capacity_;
-    if (!std::all_of(w, w + fitted_size_, [](double v) { return std::isfinite(v); })) return false;
-  }
-  return true;
+  const bool within = rows_and_work_state_within(point_row(0), n_points_);
+  // Every slice asks, whatever its own answer: the completion is a collective.
+  return on_every_slice(sums_, within && gp_weights_finite());
 }
 
 #define OPTEX_INSTANTIATE(P, G)                                                               \

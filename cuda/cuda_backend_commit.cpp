@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -45,6 +47,7 @@ void CudaBackend<PointStore, GradStore>::check_gradients(Batch& batch, std::span
                                    cudaMemcpyDeviceToHost, stream()));
   synchronize();  // which pairs are finite decides, on the host, where the commit steps from
   for (std::size_t r = 0; r < n; ++r) finite[r] = finite_host_.data()[r] != 0 ? 1 : 0;
+  complete_flags(sums_, finite.first(n));  // a pair is finite where it is on every slice
 }
 
 template <class PointStore, class GradStore>
@@ -53,7 +56,7 @@ bool CudaBackend<PointStore, GradStore>::stage_step(Batch& batch, int c) {
   require_attached(batch);
   enqueue_committed_step(batch, c);
   work_state_is_last_ = false;
-  return rows_and_work_state_within(next_x_.data(), 1);
+  return on_every_slice(sums_, rows_and_work_state_within(next_x_.data(), 1));
 }
 
 template <class PointStore, class GradStore>
@@ -78,11 +81,12 @@ CommitStats CudaBackend<PointStore, GradStore>::commit(Batch& batch, int c,
                                                        std::span<const char> predicted) {
   DeviceGuard guard(device_index_);
   require_attached(batch);  // stage_step(batch, c) left the step in next_x_ and the work state
-  enqueue_commit_dots(c, keep, predicted);
+  const DotRange dots = enqueue_commit_dots(c, keep, predicted);
   const PushPlan plan = plan_history_push(keep);
   enqueue_history_store();
   const std::size_t new_rows = enqueue_new_gram_rows(plan.size);
   download_commit_results(new_rows, plan.size);
+  complete_commit_sums(new_rows, plan.size, dots);
   // From here on only host bookkeeping.
   record_history_push(plan);
   const CommitStats stats = commit_stats(c, keep, predicted);
@@ -111,8 +115,9 @@ void CudaBackend<PointStore, GradStore>::enqueue_committed_step(const Batch& bat
 }
 
 template <class PointStore, class GradStore>
-void CudaBackend<PointStore, GradStore>::enqueue_commit_dots(int c, std::span<const char> keep,
-                                                             std::span<const char> predicted) {
+typename CudaBackend<PointStore, GradStore>::DotRange
+CudaBackend<PointStore, GradStore>::enqueue_commit_dots(int c, std::span<const char> keep,
+                                                        std::span<const char> predicted) {
   // dots_ holds p.p (N-1 rows), p.g (N-1 rows), g.g (N rows).
   const int n = n_points_;
   const auto nz = static_cast<std::size_t>(n);
@@ -126,10 +131,11 @@ void CudaBackend<PointStore, GradStore>::enqueue_commit_dots(int c, std::span<co
                     stream());
     row_dots<float>(predicted_.data(), grads_.data(), n - 1, d_, partials_.data(), pg, stream());
     row_dots<float>(grads_.data(), grads_.data(), n, d_, partials_.data(), gg, stream());
-  } else {
-    row_dots<float>(grad_row(c), grad_row(c), 1, d_, partials_.data(),
-                    gg + static_cast<std::size_t>(c), stream());
+    return {0, 3 * nz - 2};
   }
+  row_dots<float>(grad_row(c), grad_row(c), 1, d_, partials_.data(),
+                  gg + static_cast<std::size_t>(c), stream());
+  return {2 * (nz - 1) + static_cast<std::size_t>(c), 1};
 }
 
 template <class PointStore, class GradStore>
@@ -240,15 +246,43 @@ void CudaBackend<PointStore, GradStore>::download_commit_results(std::size_t new
 }
 
 template <class PointStore, class GradStore>
+void CudaBackend<PointStore, GradStore>::complete_commit_sums(std::size_t new_rows,
+                                                              std::size_t size, DotRange dots) {
+  if (sums_ == nullptr) return;
+  // One collective for the whole commit: [inner products | distances | norms
+  // | dots], the inner products as doubles so that their sum is not rounded
+  // to float again. new_inner_row() reads them from the front.
+  const std::size_t gram_values = new_rows * size;
+  const std::span<double> in_place[] = {{new_distances_host_.data(), gram_values},
+                                        {new_norms_host_.data(), new_rows},
+                                        {dots_host_.data() + dots.first, dots.count}};
+  commit_sums_.assign(new_inner_host_.data(), new_inner_host_.data() + gram_values);
+  for (const std::span<double> part : in_place)
+    commit_sums_.insert(commit_sums_.end(), part.begin(), part.end());
+  complete_sums(sums_, commit_sums_);
+  auto from = commit_sums_.cbegin() + static_cast<std::ptrdiff_t>(gram_values);
+  for (const std::span<double> part : in_place) {
+    std::copy_n(from, part.size(), part.begin());
+    from += static_cast<std::ptrdiff_t>(part.size());
+  }
+}
+
+template <class PointStore, class GradStore>
+const double* CudaBackend<PointStore, GradStore>::new_inner_row(std::size_t k, std::size_t size) {
+  if (sums_ != nullptr) return commit_sums_.data() + k * size;  // completed as doubles
+  const float* inner = new_inner_host_.data() + k * size;
+  std::transform(inner, inner + size, inner_row_.begin(),
+                 [](float v) { return static_cast<double>(v); });
+  return inner_row_.data();
+}
+
+template <class PointStore, class GradStore>
 void CudaBackend<PointStore, GradStore>::record_history_push(const PushPlan& plan) {
   for (std::size_t k = 0; k < plan.pushes; ++k) gram_.advance();
   for (const std::size_t slot : final_order_) {
     const std::size_t k = slot_index_[slot];
-    const float* inner = new_inner_host_.data() + k * plan.size;
-    std::transform(inner, inner + plan.size, inner_row_.begin(),
-                   [](float v) { return static_cast<double>(v); });
     gram_.set_row(slot, new_distances_host_.data() + k * plan.size, new_norms_host_.data()[k],
-                  inner_row_.data());
+                  new_inner_row(k, plan.size));
     final_rows_[slot] = -1;
   }
 }
