@@ -49,6 +49,7 @@
 #include "optex/options.hpp"
 #include "optex/problems.hpp"
 #include "optex/random.hpp"
+#include "optex/sharded_engine.hpp"
 #include "test_support.hpp"
 
 #if OPTEX_HAVE_CUDA
@@ -585,28 +586,6 @@ TEST_F(Cuda, MinimizeMatchesTheCpu) {
 
 // ---- 10. engines on slices of the coordinates -----------------------------------------------
 
-// ShardSums over an in-process communicator: sums by all_reduce (in rank
-// order, the same bits on every rank), flags as 0/1 doubles by all_reduce min.
-class CommunicatorSums final : public optex::ShardSums {
- public:
-  explicit CommunicatorSums(optex::Communicator& comm) : comm_(comm) {}
-  void sum(std::span<double> partials) override {
-    comm_.all_reduce(partials, optex::ReduceOp::sum);
-  }
-  void all(std::span<char> flags) override {
-    values_.resize(flags.size());
-    std::transform(flags.begin(), flags.end(), values_.begin(),
-                   [](char f) { return f != 0 ? 1.0 : 0.0; });
-    comm_.all_reduce(values_, optex::ReduceOp::min);
-    std::transform(values_.begin(), values_.end(), flags.begin(),
-                   [](double v) { return v != 0.0 ? char{1} : char{0}; });
-  }
-
- private:
-  optex::Communicator& comm_;
-  std::vector<double> values_;
-};
-
 // f(x) = 1/2 sum_k a_k x_k^2 with a_k in [0.2, 1): a slice's gradient is its
 // own; returns the slice's part of the loss (coordinates numbered from
 // `offset` in the whole vector).
@@ -652,7 +631,7 @@ Options SliceOptions(Device device) {
 // `rounds` rounds of the quadratic; the loss is completed over the slices.
 void RunSlice(optex::Communicator& comm, Device device, const std::vector<float>& x0, int rounds,
               SliceRecord& out) {
-  CommunicatorSums sums(comm);
+  optex::CommunicatorSums sums(comm);
   optex::CoordinateShard shard = optex::shard_of(x0.size(), comm.size(), comm.rank());
   shard.sums = &sums;
   const std::span<const float> slice = std::span<const float>(x0).subspan(shard.offset, shard.size);
