@@ -2,6 +2,9 @@
 // refusals, and the scenarios every communicator runs (sharded_scenarios.hpp).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -90,6 +93,71 @@ TEST(ShardedEngine, CheckpointsResumeBitForBitAndSurviveAFailedSave) {
         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) + ".ckpt";
     RunOnRanks(w, [&](Communicator& comm) { CheckShardedCheckpoint(comm, path); });
   }
+}
+
+// Every way a manifest can be wrong is refused on every rank, naming the
+// problem, and the ranks' paths must agree before anything is written.
+TEST(ShardedEngine, BadManifestsAndPathsAreRefusedOnEveryRank) {
+  const std::string path = ::testing::TempDir() + "optex_sharded_manifest_" +
+                           std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  RunOnRanks(2, [&](Communicator& comm) {
+    comm.set_timeout(kTestTimeout);
+    ShardedEngine engine(UniformStart(kManyBlocksDim, 5), Adam{}, ShardedOptions(2, 2), comm, {},
+                         true);
+    ShardedRound(engine);
+    engine.save(path);
+    std::string good;
+    if (comm.rank() == 0) {
+      std::ifstream in(path);
+      good.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto replace = [&](std::string_view from, std::string_view to) {
+      std::string text = good;
+      const auto at = text.find(from);
+      if (at != std::string::npos) text.replace(at, from.size(), to);
+      return text;
+    };
+    const std::pair<std::string, std::string> cases[] = {
+        {good.substr(0, good.size() / 2), "truncated"},
+        {"", "not a sharded optex checkpoint"},
+        {replace("ranks 2", "ranks 3"), "line"},
+        {replace("generation", "generation c #"), "generation"},
+        {replace("dim " + std::to_string(kManyBlocksDim), "dim 99999999999999999999"), "dim"},
+        {good + "tag 2 7\n", "unexpected text"},
+        {replace("optex sharded checkpoint 1", "optex sharded checkpoint 9"),
+         "not a sharded optex checkpoint"},
+    };
+    for (const auto& [text, needle] : cases) {
+      if (comm.rank() == 0) std::ofstream(path, std::ios::trunc) << text;
+      comm.barrier();
+      EXPECT_TRUE(
+          ThrowsWith<std::runtime_error>([&] { (void)ShardedEngine::load(path, comm); }, {needle}))
+          << "case " << needle << ", rank " << comm.rank();
+      comm.barrier();
+    }
+    // A directory where the manifest should be: refused, and left as it is.
+    if (comm.rank() == 0) {
+      std::filesystem::remove(path);
+      std::filesystem::create_directory(path);
+    }
+    comm.barrier();
+    EXPECT_THROW((void)ShardedEngine::load(path, comm), std::runtime_error);
+    EXPECT_THROW(engine.save(path), std::runtime_error);
+    comm.barrier();
+    EXPECT_TRUE(std::filesystem::is_directory(path));
+    // Ranks that pass different paths: refused before anything is written.
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] { engine.save(path + ".rank" + std::to_string(comm.rank())); }, {"different paths"}));
+    EXPECT_FALSE(std::filesystem::exists(path + ".rank0"));
+    comm.barrier();
+    if (comm.rank() == 0) {
+      std::filesystem::remove_all(path);
+      for (const char* file :
+           {".shard-0-of-2.a", ".shard-1-of-2.a", ".shard-0-of-2.b", ".shard-1-of-2.b"}) {
+        std::filesystem::remove(path + file);
+      }
+    }
+  });
 }
 
 TEST(ShardedEngine, AFailedRowIsReportedToEveryRank) {
