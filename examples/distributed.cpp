@@ -6,6 +6,8 @@
 //   mpirun -np 2 ./build/examples/optex_distributed --backend nccl  # one process per GPU
 //   mpirun -np 4 ./build/examples/optex_distributed --timeout 30     # a lost rank ends the run in
 //   30 s
+//   mpirun -np 4 ./build/examples/optex_distributed --shard-state --dim 1000000
+//                                        # each rank holds 1/4 of the optimizer state and history
 //
 // Every rank parses its own command line; before anything else the ranks
 // agree on it (optex/startup_agreement.hpp), so a bad flag or --help on one
@@ -25,6 +27,7 @@
 #include <optex/distributed_minimize.hpp>
 #include <optex/mpi_communicator.hpp>
 #include <optex/problems.hpp>
+#include <optex/sharded_engine.hpp>
 #include <optex/startup_agreement.hpp>
 #include <span>
 #include <stdexcept>
@@ -48,6 +51,26 @@ struct NoisyRosenbrock {
   }
 };
 
+// The rounds of a sharded engine (sharded_engine.hpp): each rank evaluates
+// its rows, whole, and holds a slice of everything else.
+double run_sharded(const NoisyRosenbrock& f, std::span<const float> x0, double lr,
+                   const optex::Options& options, optex::Communicator& comm,
+                   const optex::DistributedOptions& distributed, long iterations) {
+  optex::ShardedEngine engine(x0, optex::Adam{.lr = lr}, options, comm, distributed);
+  double loss = 0.0;
+  for (long t = 0; t < iterations; ++t) {
+    optex::ShardedBatch& b = engine.ask();
+    for (int i : b.rows()) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i), b.seed(i));
+    const optex::IterationInfo& info = engine.tell(b);
+    loss = info.loss;
+    if (comm.rank() == 0 && info.iteration % 10 == 0) {
+      std::printf("round %4lld  loss %.6g  cosine %.3f\n", static_cast<long long>(info.iteration),
+                  info.loss, info.cosine);
+    }
+  }
+  return loss;
+}
+
 int run(int argc, char** argv, optex::MpiCommunicator& world) {
   CLI::App app{"OptEx across MPI ranks (or GPUs with NCCL)"};
   std::size_t dim = 1000;
@@ -58,6 +81,7 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   double sigma = 0.1;
   double timeout = optex::Communicator::kDefaultTimeout.count();
   std::string backend = "mpi";
+  bool shard_state = false;
   app.add_option("--dim", dim, "dimension of the problem (>= 1)");
   app.add_option("--parallelism", parallelism,
                  "N: points per iteration, in [1, 65536] (default: one per group of ranks)")
@@ -73,6 +97,9 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
                  "(positive, finite; default 600)");
   app.add_option("--backend", backend, "mpi (host rows) or nccl (device rows, one GPU per rank)")
       ->check(CLI::IsMember({"mpi", "nccl"}));
+  app.add_flag("--shard-state", shard_state,
+               "each rank holds its slice of the iterate, optimizer state and history "
+               "(ShardedEngine; CPU, host communicators)");
 
   // Every rank parses its own command line; the ranks then agree on the
   // outcome before any other collective, so that a rank with a bad flag (or
@@ -102,6 +129,7 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   status.add("--sigma", sigma);
   status.add("--timeout", timeout);
   status.add("--backend", backend);
+  status.add("--shard-state", shard_state);
   const optex::StartupOutcome agreed = optex::agree_on_startup(world, status);
   if (!optex::report_startup(agreed, world, "optex_distributed", app.help()))
     return agreed.exit_code;
@@ -128,6 +156,17 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
 
   const std::vector<float> x0 = optex::problems::Rosenbrock().standard_start(dim);
   const NoisyRosenbrock f{sigma};
+  if (shard_state) {
+    const double loss = run_sharded(f, x0, lr, options, *comm, distributed, iterations);
+    if (world.rank() == 0) {
+      std::printf(
+          "%d ranks (sharded state, %d groups x %d data-parallel), N = %d: loss %.6g after "
+          "%ld rounds\n",
+          world.size(), world.size() / data_parallel, data_parallel, options.parallelism, loss,
+          iterations);
+    }
+    return 0;
+  }
   const optex::Result r = optex::minimize_distributed(
       f, x0, optex::Adam{.lr = lr}, options, *comm, distributed,
       optex::Stop{.max_iters = iterations}, [&](const optex::IterationInfo& info) {
