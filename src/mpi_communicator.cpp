@@ -48,6 +48,13 @@ std::string seconds_text(Communicator::Seconds s) {
 
 constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
 
+// One tag per kind of point-to-point exchange. Messages between two ranks
+// with the same tag do not overtake each other. A rank in an operation of
+// another kind never takes these messages: the ranks time out naming each
+// other instead of exchanging data that happens to have the same size.
+constexpr int kGatherTag = 17;  // gathers, and the arrival rounds before collectives
+constexpr int kBroadcastTag = 18;
+
 // Where each rank's block starts in the gathered buffer: the exclusive prefix sums of `sizes`.
 std::vector<std::size_t> block_offsets(std::span<const std::size_t> sizes) {
   std::vector<std::size_t> offsets(sizes.size());
@@ -250,11 +257,9 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Pol
 
 void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* all,
                                             std::span<const std::size_t> bytes,
-                                            std::string_view operation) {
-  // One tag for every collective of this kind: messages between two ranks
-  // do not overtake each other, and a rank in another operation sends a
-  // message of another size, which the receiver names.
-  constexpr int kTag = 17;
+                                            std::string_view operation, int tag) {
+  // A rank in another operation with the same tag sends a message of another
+  // size, which the receiver names.
   const auto ranks = static_cast<std::size_t>(size_);
   const auto me = static_cast<std::size_t>(rank_);
   const std::vector<std::size_t> offsets = block_offsets(bytes);
@@ -265,7 +270,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
   for (std::size_t r = 0; r < ranks; ++r) {
     if (r == me) continue;
     Pending p{MPI_REQUEST_NULL, static_cast<int>(r), true, bytes[r]};
-    check(MPI_Irecv(at(r), static_cast<int>(bytes[r]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+    check(MPI_Irecv(at(r), static_cast<int>(bytes[r]), MPI_BYTE, static_cast<int>(r), tag, comm_,
                     &p.request),
           operation, "MPI_Irecv");
     pending.push_back(p);
@@ -274,7 +279,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
   for (std::size_t r = 0; r < ranks; ++r) {
     if (r == me) continue;
     Pending p{MPI_REQUEST_NULL, static_cast<int>(r), false, 0};
-    check(MPI_Isend(send, static_cast<int>(bytes[me]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+    check(MPI_Isend(send, static_cast<int>(bytes[me]), MPI_BYTE, static_cast<int>(r), tag, comm_,
                     &p.request),
           operation, "MPI_Isend");
     pending.push_back(p);
@@ -286,7 +291,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
 void MpiCommunicator::wait_for_every_rank(std::string_view operation) {
   if (size_ <= kNamedRanksLimit) {
     const std::vector<std::size_t> nothing(static_cast<std::size_t>(size_), 0);
-    gather_point_to_point(nullptr, nullptr, nothing, operation);
+    gather_point_to_point(nullptr, nullptr, nothing, operation, kGatherTag);
     return;
   }
   MPI_Request request = MPI_REQUEST_NULL;
@@ -337,6 +342,17 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
   }
 }
 
+void MpiCommunicator::gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                                   std::string_view operation, int tag) {
+  const std::size_t n = mine.size();
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), n);
+  if (n <= max_chunk_floats_ && point_to_point(all.size())) {
+    gather_point_to_point(mine.data(), all.data(), counts, operation, tag);
+    return;
+  }
+  gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, operation);
+}
+
 void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) {
   constexpr std::string_view kOperation = "all_gather_bytes";
   check_usable(kOperation);
@@ -346,12 +362,7 @@ void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::spa
     throw std::invalid_argument(where(kOperation) + ": all.size() must be size() * mine.size() = " +
                                 std::to_string(n * ranks) + ", got " + std::to_string(all.size()));
   }
-  const std::vector<std::size_t> counts(ranks, n);
-  if (n <= max_chunk_floats_ && point_to_point(n * ranks)) {
-    gather_point_to_point(mine.data(), all.data(), counts, kOperation);
-    return;
-  }
-  gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, kOperation);
+  gather_bytes(mine, all, kOperation, kGatherTag);
 }
 
 void MpiCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
@@ -402,8 +413,6 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
   if (point_to_point(data.size())) {
     // The root sends to every rank; the others wait for the root (named if
     // it does not arrive).
-    std::vector<std::size_t> bytes(static_cast<std::size_t>(size_), 0);
-    constexpr int kTag = 18;
     std::byte none{};
     std::byte* buffer = data.empty() ? &none : data.data();
     const int count = static_cast<int>(data.size());
@@ -412,13 +421,13 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
       for (int r = 0; r < size_; ++r) {
         if (r == root) continue;
         Pending p{MPI_REQUEST_NULL, r, false, 0};
-        check(MPI_Isend(buffer, count, MPI_BYTE, r, kTag, comm_, &p.request), kOperation,
+        check(MPI_Isend(buffer, count, MPI_BYTE, r, kBroadcastTag, comm_, &p.request), kOperation,
               "MPI_Isend");
         pending.push_back(p);
       }
     } else {
       Pending p{MPI_REQUEST_NULL, root, true, data.size()};
-      check(MPI_Irecv(buffer, count, MPI_BYTE, root, kTag, comm_, &p.request), kOperation,
+      check(MPI_Irecv(buffer, count, MPI_BYTE, root, kBroadcastTag, comm_, &p.request), kOperation,
             "MPI_Irecv");
       pending.push_back(p);
     }
@@ -466,7 +475,7 @@ void MpiCommunicator::all_gather_floats(const float* mine, float* all,
     std::vector<std::size_t> bytes(counts.begin(), counts.end());
     for (std::size_t& b : bytes) b *= sizeof(float);
     gather_point_to_point(reinterpret_cast<const std::byte*>(mine),
-                          reinterpret_cast<std::byte*>(all), bytes, kOperation);
+                          reinterpret_cast<std::byte*>(all), bytes, kOperation, kGatherTag);
     return;
   }
   gather_in_windows(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),

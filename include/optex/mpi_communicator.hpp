@@ -154,8 +154,13 @@ class MpiCommunicator final : public Communicator {
     return size_ <= kNamedRanksLimit && total_bytes <= kLargeTransferBytes;
   }
   // Rank r's bytes[r] land in `all` at offset bytes[0] + ... + bytes[r-1].
+  // `tag` keeps the messages apart from those of other kinds of operation.
   void gather_point_to_point(const std::byte* mine, std::byte* all,
-                             std::span<const std::size_t> bytes, std::string_view operation);
+                             std::span<const std::size_t> bytes, std::string_view operation,
+                             int tag);
+  // all_gather_bytes without its checks: point to point when small, else in windows.
+  void gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                    std::string_view operation, int tag);
   // Returns once every rank has called it (a point-to-point round of empty
   // messages, or MPI_Ibarrier in a larger world).
   void wait_for_every_rank(std::string_view operation);
