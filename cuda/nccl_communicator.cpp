@@ -255,6 +255,27 @@ struct NcclCommunicator::State {
     }
   }
 
+  // One NCCL group: enqueue_all(enqueue) calls enqueue(name, nccl_call) for
+  // each NCCL call of the group; once one has failed, the later ones are not
+  // made. The group is always closed (it is per thread, and would swallow
+  // later calls); then the stream is awaited.
+  template <class EnqueueAll>
+  void run_group(const Call& call, EnqueueAll&& enqueue_all) {
+    check(call, ncclGroupStart(), "ncclGroupStart");
+    std::string error;  // the first failed call's
+    enqueue_all([&](const char* name, const auto& nccl_call) {
+      if (!error.empty()) return;
+      const ncclResult_t queued = nccl_call();
+      if (queued != ncclSuccess && queued != ncclInProgress) {
+        error = std::string(name) + ": " + nccl_message(queued, comm);
+      }
+    });
+    const ncclResult_t ended = ncclGroupEnd();
+    if (!error.empty()) fail(call, error, false);
+    check(call, ended, "ncclGroupEnd");
+    await(call, true);
+  }
+
   void abort_nccl() noexcept {
     if (comm == nullptr) return;
     ncclCommAbort(comm);
@@ -560,25 +581,19 @@ void NcclCommunicator::all_gather_floats(const float* mine, float* all,
   require_on_device("all", all, s.device);
 
   s.guarded(call, [&] {
-    s.check(call, ncclGroupStart(), "ncclGroupStart");
-    ncclResult_t first_error = ncclSuccess;
-    for (std::size_t r = 0; r < counts.size() && first_error == ncclSuccess; ++r) {
-      if (counts[r] == 0) continue;
-      float* slot = all + offsets[r];
-      // The root sends `mine` (in place when it is its own slot); the others
-      // only receive, and NCCL ignores their send buffer.
-      const float* send = r == me ? mine : slot;
-      const ncclResult_t queued = ncclBroadcast(send, slot, counts[r], ncclFloat,
-                                                static_cast<int>(r), s.comm, s.stream.get());
-      if (queued != ncclSuccess && queued != ncclInProgress) first_error = queued;
-    }
-    // Always close the group: it is per thread, and would swallow later calls.
-    const ncclResult_t ended = ncclGroupEnd();
-    if (first_error != ncclSuccess) {
-      s.fail(call, "ncclBroadcast: " + nccl_message(first_error, s.comm), false);
-    }
-    s.check(call, ended, "ncclGroupEnd");
-    s.await(call, true);
+    s.run_group(call, [&](const auto& enqueue) {
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        float* slot = all + offsets[r];
+        // The root sends `mine` (in place when it is its own slot); the others
+        // only receive, and NCCL ignores their send buffer.
+        const float* send = r == me ? mine : slot;
+        enqueue("ncclBroadcast", [&] {
+          return ncclBroadcast(send, slot, counts[r], ncclFloat, static_cast<int>(r), s.comm,
+                               s.stream.get());
+        });
+      }
+    });
   });
 }
 
