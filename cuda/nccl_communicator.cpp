@@ -160,7 +160,7 @@ void require_on_device(const char* name, const void* pointer, int device) {
   if (on_device(pointer, device)) return;
   std::ostringstream text;
   text << name << ": " << pointer << " is not memory of cuda:" << device
-       << " (row_device()); all_gather_floats reads and writes GPU memory";
+       << " (row_device()); all_gather_floats and all_to_all_floats read and write GPU memory";
   throw std::invalid_argument(text.str());
 }
 
@@ -342,6 +342,18 @@ struct NcclCommunicator::State {
       await(call, true);
       std::memcpy(all.data(), staged, all.size());
     });
+  }
+
+  // all_to_all_floats' check: every rank's counts, through the host path. A
+  // mismatch fails every rank alike (and aborts).
+  void agree_on_counts(const Call& call, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> recv_counts) {
+    const std::vector<std::uint64_t> row =
+        Communicator::all_to_all_count_row(send_counts, recv_counts);
+    std::vector<std::uint64_t> rows(row.size() * static_cast<std::size_t>(size));
+    gather(call, std::as_bytes(std::span(row)), std::as_writable_bytes(std::span(rows)));
+    const std::string mismatch = Communicator::all_to_all_count_mismatch(size, rows);
+    if (!mismatch.empty()) fail(call, mismatch, false);
   }
 
   cuda::DeviceGuard activation;  // first member: active during construction and destruction
@@ -592,6 +604,57 @@ void NcclCommunicator::all_gather_floats(const float* mine, float* all,
           return ncclBroadcast(send, slot, counts[r], ncclFloat, static_cast<int>(r), s.comm,
                                s.stream.get());
         });
+      }
+    });
+  });
+}
+
+// First every rank's counts, gathered through the host path, so that a
+// mismatch fails every rank before any float moves (NCCL's send and receive
+// of different sizes are not an error it reports). Then the own block by
+// cudaMemcpyAsync and one group of an ncclSend and an ncclRecv per peer with
+// floats to move (size_t counts: no pieces needed).
+void NcclCommunicator::all_to_all_floats(const float* send,
+                                         std::span<const std::size_t> send_counts,
+                                         std::span<const std::size_t> send_offsets, float* recv,
+                                         std::span<const std::size_t> recv_counts,
+                                         std::span<const std::size_t> recv_offsets) {
+  constexpr std::string_view kOperation = "all_to_all_floats";
+  const std::string problem =
+      all_to_all_argument_problem(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  if (!problem.empty()) throw std::invalid_argument(where(kOperation) + ": " + problem);
+  const Call call = start(kOperation);
+  State& s = *state_;
+  const auto any = [](std::span<const std::size_t> counts) {
+    return std::any_of(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; });
+  };
+  if (any(send_counts)) require_on_device("send", send, s.device);
+  if (any(recv_counts)) require_on_device("recv", recv, s.device);
+
+  s.agree_on_counts(call, send_counts, recv_counts);
+  const auto me = static_cast<std::size_t>(rank());
+  s.guarded(call, [&] {
+    if (recv_counts[me] > 0) {
+      OPTEX_CUDA_CHECK(cudaMemcpyAsync(recv + recv_offsets[me], send + send_offsets[me],
+                                       recv_counts[me] * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       s.stream.get()));
+    }
+    s.run_group(call, [&](const auto& enqueue) {
+      for (std::size_t r = 0; r < recv_counts.size(); ++r) {
+        if (r == me) continue;
+        const int peer = static_cast<int>(r);
+        if (send_counts[r] > 0) {
+          enqueue("ncclSend", [&] {
+            return ncclSend(send + send_offsets[r], send_counts[r], ncclFloat, peer, s.comm,
+                            s.stream.get());
+          });
+        }
+        if (recv_counts[r] > 0) {
+          enqueue("ncclRecv", [&] {
+            return ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, peer, s.comm,
+                            s.stream.get());
+          });
+        }
       }
     });
   });

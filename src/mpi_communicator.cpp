@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,8 @@ constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
 // other instead of exchanging data that happens to have the same size.
 constexpr int kGatherTag = 17;  // gathers, and the arrival rounds before collectives
 constexpr int kBroadcastTag = 18;
+constexpr int kAllToAllCountsTag = 19;
+constexpr int kAllToAllTag = 20;
 
 // Where each rank's block starts in the gathered buffer: the exclusive prefix sums of `sizes`.
 std::vector<std::size_t> block_offsets(std::span<const std::size_t> sizes) {
@@ -480,6 +483,72 @@ void MpiCommunicator::all_gather_floats(const float* mine, float* all,
   }
   gather_in_windows(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),
                     counts, MPI_FLOAT, sizeof(float), kOperation);
+}
+
+void MpiCommunicator::all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                                        std::span<const std::size_t> send_offsets, float* recv,
+                                        std::span<const std::size_t> recv_counts,
+                                        std::span<const std::size_t> recv_offsets) {
+  constexpr std::string_view kOperation = "all_to_all_floats";
+  check_usable(kOperation);
+  const std::string problem =
+      all_to_all_argument_problem(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  if (!problem.empty()) throw std::invalid_argument(where(kOperation) + ": " + problem);
+  // Every rank's counts first, so that every rank finds the same mismatch
+  // before any float moves (and a timeout names the ranks that did not
+  // arrive). 16 * size() bytes from each rank.
+  const std::vector<std::uint64_t> row = all_to_all_count_row(send_counts, recv_counts);
+  const auto ranks = static_cast<std::size_t>(size_);
+  count_rows_.resize(row.size() * (ranks + 1));
+  const std::span<std::uint64_t> mine = std::span(count_rows_).first(row.size());
+  const std::span<std::uint64_t> rows = std::span(count_rows_).subspan(row.size());
+  std::copy(row.begin(), row.end(), mine.begin());
+  gather_bytes(std::as_bytes(mine), std::as_writable_bytes(rows), kOperation, kAllToAllCountsTag);
+  const std::string mismatch = all_to_all_count_mismatch(size_, rows);
+  if (!mismatch.empty()) fail(kOperation, mismatch);
+  exchange_blocks(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, kOperation);
+}
+
+void MpiCommunicator::exchange_blocks(const float* send, std::span<const std::size_t> send_counts,
+                                      std::span<const std::size_t> send_offsets, float* recv,
+                                      std::span<const std::size_t> recv_counts,
+                                      std::span<const std::size_t> recv_offsets,
+                                      std::string_view operation) {
+  // Messages of at most max_chunk_floats_ floats and INT_MAX bytes (MPI
+  // counts are int); a block's pieces arrive in order (same tag).
+  const std::size_t chunk = std::min(max_chunk_floats_, kIntMax / sizeof(float));
+  const auto in_pieces = [chunk](std::size_t count, const auto& post) {
+    for (std::size_t first = 0; first < count; first += chunk) {
+      post(first, static_cast<int>(std::min(chunk, count - first)));
+    }
+  };
+  std::vector<Pending> pending;
+  std::size_t floats = 0;
+  for (int s = 0; s < size_; ++s) {
+    if (s == rank_) continue;
+    const auto peer = static_cast<std::size_t>(s);
+    in_pieces(recv_counts[peer], [&](std::size_t first, int n) {
+      Pending p{MPI_REQUEST_NULL, s, true, static_cast<std::size_t>(n) * sizeof(float)};
+      check(MPI_Irecv(recv + recv_offsets[peer] + first, n, MPI_FLOAT, s, kAllToAllTag, comm_,
+                      &p.request),
+            operation, "MPI_Irecv");
+      pending.push_back(p);
+    });
+    in_pieces(send_counts[peer], [&](std::size_t first, int n) {
+      Pending p{MPI_REQUEST_NULL, s, false, 0};
+      check(MPI_Isend(send + send_offsets[peer] + first, n, MPI_FLOAT, s, kAllToAllTag, comm_,
+                      &p.request),
+            operation, "MPI_Isend");
+      pending.push_back(p);
+    });
+    floats += recv_counts[peer] + send_counts[peer];
+  }
+  const auto me = static_cast<std::size_t>(rank_);
+  if (recv_counts[me] > 0) {
+    std::memcpy(recv + recv_offsets[me], send + send_offsets[me], recv_counts[me] * sizeof(float));
+  }
+  const bool large = floats * sizeof(float) > kLargeTransferBytes;
+  wait_all(pending, operation, large ? Polling::transfer : Polling::arrival);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

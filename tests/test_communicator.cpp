@@ -90,6 +90,12 @@ TEST_P(InProcessContract, Barrier) { run_world(GetParam(), optex::test::check_ba
 TEST_P(InProcessContract, AllGatherFloats) {
   run_world(GetParam(), optex::test::check_all_gather_floats);
 }
+TEST_P(InProcessContract, AllToAllFloats) {
+  run_world(GetParam(), [](Communicator& comm) { optex::test::check_all_to_all_floats(comm); });
+}
+TEST_P(InProcessContract, AllToAllMismatchThrows) {
+  run_world(GetParam(), optex::test::check_all_to_all_mismatch_throws<>);
+}
 TEST_P(InProcessContract, Split) { run_world(GetParam(), optex::test::check_split); }
 TEST_P(InProcessContract, NodeLocal) { run_world(GetParam(), optex::test::check_node_local); }
 TEST_P(InProcessContract, SetTimeoutRejectsBadValues) {

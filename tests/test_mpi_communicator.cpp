@@ -50,6 +50,7 @@ TEST_F(MpiContract, AllReduce) { optex::test::check_all_reduce(comm_); }
 TEST_F(MpiContract, Broadcast) { optex::test::check_broadcast(comm_); }
 TEST_F(MpiContract, Barrier) { optex::test::check_barrier(comm_); }
 TEST_F(MpiContract, AllGatherFloats) { optex::test::check_all_gather_floats(comm_); }
+TEST_F(MpiContract, AllToAllFloats) { optex::test::check_all_to_all_floats(comm_); }
 TEST_F(MpiContract, Split) { optex::test::check_split(comm_); }
 TEST_F(MpiContract, NodeLocal) { optex::test::check_node_local(comm_); }
 TEST_F(MpiContract, SetTimeoutRejectsBadValues) {
@@ -100,6 +101,19 @@ TEST_F(MpiContract, AllGatherFloatsInSeveralRounds) {
           << "rank " << r << ", index " << i;
     }
   }
+}
+
+// Pieces of 1, 3 and 7 floats: a block in several messages, pieces that end
+// mid-block; then blocks of up to 900 floats in pieces of 64. The seam that
+// stands in for counts above INT_MAX (which would need some 17 GB here).
+TEST_F(MpiContract, AllToAllFloatsInSeveralPieces) {
+  for (const std::size_t chunk : {1, 3, 7}) {
+    SCOPED_TRACE("max_chunk_floats " + std::to_string(chunk));
+    comm_.set_max_chunk_floats(chunk);
+    optex::test::check_all_to_all_floats(comm_);
+  }
+  comm_.set_max_chunk_floats(64);
+  optex::test::check_all_to_all_floats(comm_, 300);
 }
 
 TEST_F(MpiContract, RejectsBadArguments) {
@@ -156,6 +170,22 @@ TEST(MpiErrors, DifferentSizesAreACommunicatorErrorNamingTheRank) {
   MpiCommunicator fresh;
   fresh.set_timeout(kTestTimeout);
   optex::test::check_barrier(fresh);
+}
+
+// Counts that disagree between ranks: a CommunicatorError on every rank that
+// names the ranks and the counts, before any float moves; with the counts
+// gathered point to point, and in collective rounds (tiny windows).
+TEST(MpiErrors, AllToAllMismatchIsACommunicatorErrorOnEveryRank) {
+  for (const std::size_t chunk : {std::size_t{1} << 30, std::size_t{2}}) {
+    SCOPED_TRACE("max_chunk_floats " + std::to_string(chunk));
+    MpiCommunicator comm;
+    comm.set_timeout(Communicator::Seconds{5.0});
+    comm.set_max_chunk_floats(chunk);
+    optex::test::check_all_to_all_mismatch_throws(comm);
+  }
+  MpiCommunicator fresh;
+  fresh.set_timeout(kTestTimeout);
+  optex::test::check_all_to_all_floats(fresh);
 }
 
 // The same in the gather of MPI collectives (forced with tiny rounds): an

@@ -98,6 +98,20 @@ class DeviceFloats {
   bool ok_ = true;
 };
 
+// The contract's rows (communicator_contract.hpp's HostRows) in GPU 0's memory.
+class DeviceRows {
+ public:
+  explicit DeviceRows(const std::vector<float>& values) : floats_(values.size()) {
+    EXPECT_TRUE(floats_.ok());
+    floats_.upload(values);
+  }
+  float* data() { return floats_.data(); }
+  std::vector<float> read() const { return floats_.download(); }
+
+ private:
+  DeviceFloats floats_;
+};
+
 std::uint32_t BitsOf(float x) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &x, sizeof bits);
@@ -204,6 +218,21 @@ TEST_F(Nccl, GathersDeviceRowsOutOfPlaceAndInPlace) {
   // Nothing to gather: no pointer is needed.
   const std::vector<std::size_t> zero = {0};
   comm->all_gather_floats(nullptr, nullptr, zero);
+}
+
+// In a world of one, all_to_all_floats is the self pair: a copy between
+// device buffers, with the contract's gaps, overlaps and offsets.
+TEST_F(Nccl, AllToAllOnDeviceRowsKeepsTheContract) {
+  auto comm = Single();
+  optex::test::check_all_to_all_floats<DeviceRows>(*comm);
+  optex::test::check_all_to_all_floats<DeviceRows>(*comm, 1000);
+}
+
+// Counts that disagree (rank 0 expects more from itself than it sends): a
+// CommunicatorError before any float moves; the communicator is aborted.
+TEST_F(Nccl, AllToAllMismatchFailsBeforeAnyFloatMoves) {
+  auto comm = Single();
+  optex::test::check_all_to_all_mismatch_throws<DeviceRows>(*comm);
 }
 
 // NCCL counts are size_t: a row of more than INT_MAX floats arrives whole.
