@@ -312,6 +312,9 @@ TEST_F(Nccl, AbortLeavesTheCommunicatorUnusable) {
                   AllOf(HasSubstr("barrier"), HasSubstr("rank 0"), HasSubstr("the test says so"))));
   std::vector<double> values = {1.0};
   EXPECT_THROW(comm->all_reduce(values, ReduceOp::sum), CommunicatorError);
+  const std::vector<std::size_t> zero = {0};
+  EXPECT_THROW(comm->all_to_all_floats(nullptr, zero, zero, nullptr, zero, zero),
+               CommunicatorError);
 }
 
 // ---- errors -----------------------------------------------------------------------
@@ -341,6 +344,17 @@ TEST_F(Nccl, RejectsBadArgumentsAndStaysUsable) {
                   AllOf(HasSubstr("mine"), HasSubstr("not memory of cuda:0"))));
   EXPECT_THAT([&] { comm->all_gather_floats(row.data(), host.data(), four); },
               ThrowsMessage<std::invalid_argument>(HasSubstr("all")));
+  const std::vector<std::size_t> zero = {0};
+  EXPECT_THAT(
+      [&] { comm->all_to_all_floats(row.data(), four, zero, row.data(), four, two_counts); },
+      ThrowsMessage<std::invalid_argument>(
+          HasSubstr("recv_offsets.size() must be size() = 1, got 2")));
+  EXPECT_THAT([&] { comm->all_to_all_floats(host.data(), four, zero, row.data(), four, zero); },
+              ThrowsMessage<std::invalid_argument>(
+                  AllOf(HasSubstr("send"), HasSubstr("not memory of cuda:0"))));
+  EXPECT_THAT([&] { comm->all_to_all_floats(row.data(), four, zero, host.data(), four, zero); },
+              ThrowsMessage<std::invalid_argument>(
+                  AllOf(HasSubstr("recv"), HasSubstr("not memory of cuda:0"))));
 
   std::vector<std::byte> mine(3);
   std::vector<std::byte> wrong(4);
