@@ -160,7 +160,7 @@ void require_on_device(const char* name, const void* pointer, int device) {
   if (on_device(pointer, device)) return;
   std::ostringstream text;
   text << name << ": " << pointer << " is not memory of cuda:" << device
-       << " (row_device()); all_gather_floats reads and writes GPU memory";
+       << " (row_device()); all_gather_floats and all_to_all_floats read and write GPU memory";
   throw std::invalid_argument(text.str());
 }
 
@@ -255,6 +255,27 @@ struct NcclCommunicator::State {
     }
   }
 
+  // One NCCL group: enqueue_all(enqueue) calls enqueue(name, nccl_call) for
+  // each NCCL call of the group; once one has failed, the later ones are not
+  // made. The group is always closed (it is per thread, and would swallow
+  // later calls); then the stream is awaited.
+  template <class EnqueueAll>
+  void run_group(const Call& call, EnqueueAll&& enqueue_all) {
+    check(call, ncclGroupStart(), "ncclGroupStart");
+    std::string error;  // the first failed call's
+    enqueue_all([&](const char* name, const auto& nccl_call) {
+      if (!error.empty()) return;
+      const ncclResult_t queued = nccl_call();
+      if (queued != ncclSuccess && queued != ncclInProgress) {
+        error = std::string(name) + ": " + nccl_message(queued, comm);
+      }
+    });
+    const ncclResult_t ended = ncclGroupEnd();
+    if (!error.empty()) fail(call, error, false);
+    check(call, ended, "ncclGroupEnd");
+    await(call, true);
+  }
+
   void abort_nccl() noexcept {
     if (comm == nullptr) return;
     ncclCommAbort(comm);
@@ -321,6 +342,18 @@ struct NcclCommunicator::State {
       await(call, true);
       std::memcpy(all.data(), staged, all.size());
     });
+  }
+
+  // all_to_all_floats' check: every rank's counts, through the host path. A
+  // mismatch fails every rank alike (and aborts).
+  void agree_on_counts(const Call& call, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> recv_counts) {
+    const std::vector<std::uint64_t> row =
+        Communicator::all_to_all_count_row(send_counts, recv_counts);
+    std::vector<std::uint64_t> rows(row.size() * static_cast<std::size_t>(size));
+    gather(call, std::as_bytes(std::span(row)), std::as_writable_bytes(std::span(rows)));
+    const std::string mismatch = Communicator::all_to_all_count_mismatch(size, rows);
+    if (!mismatch.empty()) fail(call, mismatch, false);
   }
 
   cuda::DeviceGuard activation;  // first member: active during construction and destruction
@@ -560,25 +593,70 @@ void NcclCommunicator::all_gather_floats(const float* mine, float* all,
   require_on_device("all", all, s.device);
 
   s.guarded(call, [&] {
-    s.check(call, ncclGroupStart(), "ncclGroupStart");
-    ncclResult_t first_error = ncclSuccess;
-    for (std::size_t r = 0; r < counts.size() && first_error == ncclSuccess; ++r) {
-      if (counts[r] == 0) continue;
-      float* slot = all + offsets[r];
-      // The root sends `mine` (in place when it is its own slot); the others
-      // only receive, and NCCL ignores their send buffer.
-      const float* send = r == me ? mine : slot;
-      const ncclResult_t queued = ncclBroadcast(send, slot, counts[r], ncclFloat,
-                                                static_cast<int>(r), s.comm, s.stream.get());
-      if (queued != ncclSuccess && queued != ncclInProgress) first_error = queued;
+    s.run_group(call, [&](const auto& enqueue) {
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        float* slot = all + offsets[r];
+        // The root sends `mine` (in place when it is its own slot); the others
+        // only receive, and NCCL ignores their send buffer.
+        const float* send = r == me ? mine : slot;
+        enqueue("ncclBroadcast", [&] {
+          return ncclBroadcast(send, slot, counts[r], ncclFloat, static_cast<int>(r), s.comm,
+                               s.stream.get());
+        });
+      }
+    });
+  });
+}
+
+// First every rank's counts, gathered through the host path, so that a
+// mismatch fails every rank before any float moves (NCCL's send and receive
+// of different sizes are not an error it reports). Then the own block by
+// cudaMemcpyAsync and one group of an ncclSend and an ncclRecv per peer with
+// floats to move (size_t counts: no pieces needed).
+void NcclCommunicator::all_to_all_floats(const float* send,
+                                         std::span<const std::size_t> send_counts,
+                                         std::span<const std::size_t> send_offsets, float* recv,
+                                         std::span<const std::size_t> recv_counts,
+                                         std::span<const std::size_t> recv_offsets) {
+  constexpr std::string_view kOperation = "all_to_all_floats";
+  const std::string problem =
+      all_to_all_argument_problem(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  if (!problem.empty()) throw std::invalid_argument(where(kOperation) + ": " + problem);
+  const Call call = start(kOperation);
+  State& s = *state_;
+  const auto any = [](std::span<const std::size_t> counts) {
+    return std::any_of(counts.begin(), counts.end(), [](std::size_t c) { return c > 0; });
+  };
+  if (any(send_counts)) require_on_device("send", send, s.device);
+  if (any(recv_counts)) require_on_device("recv", recv, s.device);
+
+  s.agree_on_counts(call, send_counts, recv_counts);
+  const auto me = static_cast<std::size_t>(rank());
+  s.guarded(call, [&] {
+    if (recv_counts[me] > 0) {
+      OPTEX_CUDA_CHECK(cudaMemcpyAsync(recv + recv_offsets[me], send + send_offsets[me],
+                                       recv_counts[me] * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       s.stream.get()));
     }
-    // Always close the group: it is per thread, and would swallow later calls.
-    const ncclResult_t ended = ncclGroupEnd();
-    if (first_error != ncclSuccess) {
-      s.fail(call, "ncclBroadcast: " + nccl_message(first_error, s.comm), false);
-    }
-    s.check(call, ended, "ncclGroupEnd");
-    s.await(call, true);
+    s.run_group(call, [&](const auto& enqueue) {
+      for (std::size_t r = 0; r < recv_counts.size(); ++r) {
+        if (r == me) continue;
+        const int peer = static_cast<int>(r);
+        if (send_counts[r] > 0) {
+          enqueue("ncclSend", [&] {
+            return ncclSend(send + send_offsets[r], send_counts[r], ncclFloat, peer, s.comm,
+                            s.stream.get());
+          });
+        }
+        if (recv_counts[r] > 0) {
+          enqueue("ncclRecv", [&] {
+            return ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, peer, s.comm,
+                            s.stream.get());
+          });
+        }
+      }
+    });
   });
 }
 

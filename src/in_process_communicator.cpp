@@ -43,10 +43,12 @@ struct Contribution {
   const double* values = nullptr;         // all_reduce
   ReduceOp op = ReduceOp::sum;            // all_reduce
   int root = 0;                           // broadcast_bytes
-  const float* floats = nullptr;          // all_gather_floats: mine
-  std::span<const std::size_t> counts{};  // all_gather_floats
-  int color = 0;                          // split
-  int key = 0;                            // split
+  const float* floats = nullptr;          // all_gather_floats: mine; all_to_all_floats: send
+  std::span<const std::size_t> counts{};  // all_gather_floats; all_to_all_floats: send_counts
+  std::span<const std::size_t> send_offsets{};  // all_to_all_floats
+  std::span<const std::size_t> recv_counts{};   // all_to_all_floats
+  int color = 0;                                // split
+  int key = 0;                                  // split
 };
 
 struct InProcessState {
@@ -172,6 +174,15 @@ std::string find_mismatch(const std::vector<Contribution>& all) {
   if (operation == "all_gather_floats") {
     return disagreement(all, "counts", [](const Contribution& c) { return counts_text(c.counts); });
   }
+  if (operation == "all_to_all_floats") {
+    std::vector<std::uint64_t> rows;
+    for (const Contribution& c : all) {
+      const std::vector<std::uint64_t> row =
+          Communicator::all_to_all_count_row(c.counts, c.recv_counts);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    return Communicator::all_to_all_count_mismatch(static_cast<int>(all.size()), rows);
+  }
   return {};
 }
 
@@ -295,6 +306,30 @@ class InProcessCommunicator final : public Communicator {
       // In place, the own slice is already where it belongs.
       if (n > 0 && all + offset != from) std::memmove(all + offset, from, n * sizeof(float));
       offset += n;
+    }
+    depart(kOperation);
+  }
+
+  void all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                         std::span<const std::size_t> send_offsets, float* recv,
+                         std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_offsets) override {
+    constexpr std::string_view kOperation = "all_to_all_floats";
+    const std::string problem = all_to_all_argument_problem(send, send_counts, send_offsets, recv,
+                                                            recv_counts, recv_offsets);
+    if (!problem.empty()) bad_argument(kOperation, problem);
+    const auto& contributions = arrive({.operation = kOperation,
+                                        .floats = send,
+                                        .counts = send_counts,
+                                        .send_offsets = send_offsets,
+                                        .recv_counts = recv_counts});
+    // Every rank copies what the others address to it (the counts agree).
+    const auto me = static_cast<std::size_t>(rank_);
+    for (std::size_t s = 0; s < contributions.size(); ++s) {
+      const Contribution& sender = contributions[s];
+      if (recv_counts[s] == 0) continue;
+      std::memcpy(recv + recv_offsets[s], sender.floats + sender.send_offsets[me],
+                  recv_counts[s] * sizeof(float));
     }
     depart(kOperation);
   }

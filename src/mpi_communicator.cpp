@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,15 @@ std::string seconds_text(Communicator::Seconds s) {
 }
 
 constexpr auto kIntMax = static_cast<std::size_t>(INT_MAX);
+
+// One tag per kind of point-to-point exchange. Messages between two ranks
+// with the same tag do not overtake each other. A rank in an operation of
+// another kind never takes these messages: the ranks time out naming each
+// other instead of exchanging data that happens to have the same size.
+constexpr int kGatherTag = 17;  // gathers, and the arrival rounds before collectives
+constexpr int kBroadcastTag = 18;
+constexpr int kAllToAllCountsTag = 19;
+constexpr int kAllToAllTag = 20;
 
 // Where each rank's block starts in the gathered buffer: the exclusive prefix sums of `sizes`.
 std::vector<std::size_t> block_offsets(std::span<const std::size_t> sizes) {
@@ -250,11 +260,9 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view operation, Pol
 
 void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* all,
                                             std::span<const std::size_t> bytes,
-                                            std::string_view operation) {
-  // One tag for every collective of this kind: messages between two ranks
-  // do not overtake each other, and a rank in another operation sends a
-  // message of another size, which the receiver names.
-  constexpr int kTag = 17;
+                                            std::string_view operation, int tag) {
+  // A rank in another operation with the same tag sends a message of another
+  // size, which the receiver names.
   const auto ranks = static_cast<std::size_t>(size_);
   const auto me = static_cast<std::size_t>(rank_);
   const std::vector<std::size_t> offsets = block_offsets(bytes);
@@ -265,7 +273,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
   for (std::size_t r = 0; r < ranks; ++r) {
     if (r == me) continue;
     Pending p{MPI_REQUEST_NULL, static_cast<int>(r), true, bytes[r]};
-    check(MPI_Irecv(at(r), static_cast<int>(bytes[r]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+    check(MPI_Irecv(at(r), static_cast<int>(bytes[r]), MPI_BYTE, static_cast<int>(r), tag, comm_,
                     &p.request),
           operation, "MPI_Irecv");
     pending.push_back(p);
@@ -274,7 +282,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
   for (std::size_t r = 0; r < ranks; ++r) {
     if (r == me) continue;
     Pending p{MPI_REQUEST_NULL, static_cast<int>(r), false, 0};
-    check(MPI_Isend(send, static_cast<int>(bytes[me]), MPI_BYTE, static_cast<int>(r), kTag, comm_,
+    check(MPI_Isend(send, static_cast<int>(bytes[me]), MPI_BYTE, static_cast<int>(r), tag, comm_,
                     &p.request),
           operation, "MPI_Isend");
     pending.push_back(p);
@@ -286,7 +294,7 @@ void MpiCommunicator::gather_point_to_point(const std::byte* mine, std::byte* al
 void MpiCommunicator::wait_for_every_rank(std::string_view operation) {
   if (size_ <= kNamedRanksLimit) {
     const std::vector<std::size_t> nothing(static_cast<std::size_t>(size_), 0);
-    gather_point_to_point(nullptr, nullptr, nothing, operation);
+    gather_point_to_point(nullptr, nullptr, nothing, operation, kGatherTag);
     return;
   }
   MPI_Request request = MPI_REQUEST_NULL;
@@ -337,6 +345,17 @@ void MpiCommunicator::gather_in_windows(const std::byte* mine, std::byte* all,
   }
 }
 
+void MpiCommunicator::gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                                   std::string_view operation, int tag) {
+  const std::size_t n = mine.size();
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size_), n);
+  if (n <= max_chunk_floats_ && point_to_point(all.size())) {
+    gather_point_to_point(mine.data(), all.data(), counts, operation, tag);
+    return;
+  }
+  gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, operation);
+}
+
 void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) {
   constexpr std::string_view kOperation = "all_gather_bytes";
   check_usable(kOperation);
@@ -346,12 +365,7 @@ void MpiCommunicator::all_gather_bytes(std::span<const std::byte> mine, std::spa
     throw std::invalid_argument(where(kOperation) + ": all.size() must be size() * mine.size() = " +
                                 std::to_string(n * ranks) + ", got " + std::to_string(all.size()));
   }
-  const std::vector<std::size_t> counts(ranks, n);
-  if (n <= max_chunk_floats_ && point_to_point(n * ranks)) {
-    gather_point_to_point(mine.data(), all.data(), counts, kOperation);
-    return;
-  }
-  gather_in_windows(mine.data(), all.data(), counts, MPI_BYTE, 1, kOperation);
+  gather_bytes(mine, all, kOperation, kGatherTag);
 }
 
 void MpiCommunicator::all_reduce(std::span<double> values, ReduceOp op) {
@@ -402,8 +416,6 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
   if (point_to_point(data.size())) {
     // The root sends to every rank; the others wait for the root (named if
     // it does not arrive).
-    std::vector<std::size_t> bytes(static_cast<std::size_t>(size_), 0);
-    constexpr int kTag = 18;
     std::byte none{};
     std::byte* buffer = data.empty() ? &none : data.data();
     const int count = static_cast<int>(data.size());
@@ -412,13 +424,13 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> data, int root) {
       for (int r = 0; r < size_; ++r) {
         if (r == root) continue;
         Pending p{MPI_REQUEST_NULL, r, false, 0};
-        check(MPI_Isend(buffer, count, MPI_BYTE, r, kTag, comm_, &p.request), kOperation,
+        check(MPI_Isend(buffer, count, MPI_BYTE, r, kBroadcastTag, comm_, &p.request), kOperation,
               "MPI_Isend");
         pending.push_back(p);
       }
     } else {
       Pending p{MPI_REQUEST_NULL, root, true, data.size()};
-      check(MPI_Irecv(buffer, count, MPI_BYTE, root, kTag, comm_, &p.request), kOperation,
+      check(MPI_Irecv(buffer, count, MPI_BYTE, root, kBroadcastTag, comm_, &p.request), kOperation,
             "MPI_Irecv");
       pending.push_back(p);
     }
@@ -466,11 +478,77 @@ void MpiCommunicator::all_gather_floats(const float* mine, float* all,
     std::vector<std::size_t> bytes(counts.begin(), counts.end());
     for (std::size_t& b : bytes) b *= sizeof(float);
     gather_point_to_point(reinterpret_cast<const std::byte*>(mine),
-                          reinterpret_cast<std::byte*>(all), bytes, kOperation);
+                          reinterpret_cast<std::byte*>(all), bytes, kOperation, kGatherTag);
     return;
   }
   gather_in_windows(reinterpret_cast<const std::byte*>(mine), reinterpret_cast<std::byte*>(all),
                     counts, MPI_FLOAT, sizeof(float), kOperation);
+}
+
+void MpiCommunicator::all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                                        std::span<const std::size_t> send_offsets, float* recv,
+                                        std::span<const std::size_t> recv_counts,
+                                        std::span<const std::size_t> recv_offsets) {
+  constexpr std::string_view kOperation = "all_to_all_floats";
+  check_usable(kOperation);
+  const std::string problem =
+      all_to_all_argument_problem(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  if (!problem.empty()) throw std::invalid_argument(where(kOperation) + ": " + problem);
+  // Every rank's counts first, so that every rank finds the same mismatch
+  // before any float moves (and a timeout names the ranks that did not
+  // arrive). 16 * size() bytes from each rank.
+  const std::vector<std::uint64_t> row = all_to_all_count_row(send_counts, recv_counts);
+  const auto ranks = static_cast<std::size_t>(size_);
+  count_rows_.resize(row.size() * (ranks + 1));
+  const std::span<std::uint64_t> mine = std::span(count_rows_).first(row.size());
+  const std::span<std::uint64_t> rows = std::span(count_rows_).subspan(row.size());
+  std::copy(row.begin(), row.end(), mine.begin());
+  gather_bytes(std::as_bytes(mine), std::as_writable_bytes(rows), kOperation, kAllToAllCountsTag);
+  const std::string mismatch = all_to_all_count_mismatch(size_, rows);
+  if (!mismatch.empty()) fail(kOperation, mismatch);
+  exchange_blocks(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, kOperation);
+}
+
+void MpiCommunicator::exchange_blocks(const float* send, std::span<const std::size_t> send_counts,
+                                      std::span<const std::size_t> send_offsets, float* recv,
+                                      std::span<const std::size_t> recv_counts,
+                                      std::span<const std::size_t> recv_offsets,
+                                      std::string_view operation) {
+  // Messages of at most max_chunk_floats_ floats and INT_MAX bytes (MPI
+  // counts are int); a block's pieces arrive in order (same tag).
+  const std::size_t chunk = std::min(max_chunk_floats_, kIntMax / sizeof(float));
+  const auto in_pieces = [chunk](std::size_t count, const auto& post) {
+    for (std::size_t first = 0; first < count; first += chunk) {
+      post(first, static_cast<int>(std::min(chunk, count - first)));
+    }
+  };
+  std::vector<Pending> pending;
+  std::size_t floats = 0;
+  for (int s = 0; s < size_; ++s) {
+    if (s == rank_) continue;
+    const auto peer = static_cast<std::size_t>(s);
+    in_pieces(recv_counts[peer], [&](std::size_t first, int n) {
+      Pending p{MPI_REQUEST_NULL, s, true, static_cast<std::size_t>(n) * sizeof(float)};
+      check(MPI_Irecv(recv + recv_offsets[peer] + first, n, MPI_FLOAT, s, kAllToAllTag, comm_,
+                      &p.request),
+            operation, "MPI_Irecv");
+      pending.push_back(p);
+    });
+    in_pieces(send_counts[peer], [&](std::size_t first, int n) {
+      Pending p{MPI_REQUEST_NULL, s, false, 0};
+      check(MPI_Isend(send + send_offsets[peer] + first, n, MPI_FLOAT, s, kAllToAllTag, comm_,
+                      &p.request),
+            operation, "MPI_Isend");
+      pending.push_back(p);
+    });
+    floats += recv_counts[peer] + send_counts[peer];
+  }
+  const auto me = static_cast<std::size_t>(rank_);
+  if (recv_counts[me] > 0) {
+    std::memcpy(recv + recv_offsets[me], send + send_offsets[me], recv_counts[me] * sizeof(float));
+  }
+  const bool large = floats * sizeof(float) > kLargeTransferBytes;
+  wait_all(pending, operation, large ? Polling::transfer : Polling::arrival);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "optex/communicator.hpp"
@@ -180,6 +181,122 @@ inline void check_all_gather_floats(Communicator& comm) {
 
   const std::vector<std::size_t> zeros(static_cast<std::size_t>(size), 0);
   comm.all_gather_floats(nullptr, nullptr, zeros);
+}
+
+// ---- all_to_all_floats ------------------------------------------------------
+
+// Rows in host memory, for the backends whose row_device() is the CPU. A
+// backend with rows elsewhere passes a type with the same members (test_nccl.cpp).
+class HostRows {
+ public:
+  explicit HostRows(std::vector<float> values) : values_(std::move(values)) {}
+  float* data() { return values_.data(); }
+  std::vector<float> read() const { return values_; }
+
+ private:
+  std::vector<float> values_;
+};
+
+// What a receive buffer holds where no block lands.
+inline constexpr float kUntouched = -1.0f;
+
+// How many floats rank `from` sends rank `to` in the case below, times
+// `scale`: zero for some pairs from two ranks on, the self pair included.
+inline std::size_t all_to_all_count(int from, int to, std::size_t scale = 1) {
+  return static_cast<std::size_t>((from + 2 * to + 1) % 4) * scale;
+}
+
+// One rank's arguments to all_to_all_floats, and its receive buffer afterwards.
+struct AllToAllCase {
+  std::vector<float> send;
+  std::vector<std::size_t> send_counts;
+  std::vector<std::size_t> send_offsets;
+  std::vector<std::size_t> recv_counts;
+  std::vector<std::size_t> recv_offsets;
+  std::vector<float> expected;  // kUntouched in the gaps
+};
+
+// Rank r's float j is source_value(r, j). Its block for rank s starts at
+// float s * scale, so the blocks overlap (the same floats go to several
+// ranks), and a float that reaches the wrong rank, or comes from the wrong
+// offset, has another value. The receive blocks lie in reverse rank order,
+// each after a gap of one float that must stay untouched.
+inline AllToAllCase all_to_all_case(int rank, int size, std::size_t scale = 1) {
+  const auto ranks = static_cast<std::size_t>(size);
+  AllToAllCase c;
+  std::size_t send_size = 0;
+  for (int s = 0; s < size; ++s) {
+    c.send_counts.push_back(all_to_all_count(rank, s, scale));
+    c.send_offsets.push_back(static_cast<std::size_t>(s) * scale);
+    send_size = std::max(send_size, c.send_offsets.back() + c.send_counts.back());
+  }
+  for (std::size_t j = 0; j < send_size; ++j) c.send.push_back(source_value(rank, j));
+  c.recv_counts.resize(ranks);
+  c.recv_offsets.resize(ranks);
+  std::size_t at = 1;
+  for (int s = size - 1; s >= 0; --s) {
+    const auto from = static_cast<std::size_t>(s);
+    c.recv_counts[from] = all_to_all_count(s, rank, scale);
+    c.recv_offsets[from] = at;
+    at += c.recv_counts[from] + 1;
+  }
+  c.expected.assign(at, kUntouched);
+  for (int s = 0; s < size; ++s) {
+    const auto from = static_cast<std::size_t>(s);
+    for (std::size_t i = 0; i < c.recv_counts[from]; ++i) {
+      // Rank s's block for this rank starts at its float rank * scale.
+      c.expected[c.recv_offsets[from] + i] =
+          source_value(s, static_cast<std::size_t>(rank) * scale + i);
+    }
+  }
+  return c;
+}
+
+// The case above (uneven counts with zeros, overlapping sends, receive
+// blocks with gaps, the self pair), and a call with nothing to move.
+template <class Rows = HostRows>
+inline void check_all_to_all_floats(Communicator& comm, std::size_t scale = 1) {
+  const AllToAllCase c = all_to_all_case(comm.rank(), comm.size(), scale);
+  Rows send(c.send);
+  Rows recv(std::vector<float>(c.expected.size(), kUntouched));
+  comm.all_to_all_floats(send.data(), c.send_counts, c.send_offsets, recv.data(), c.recv_counts,
+                         c.recv_offsets);
+  EXPECT_EQ(recv.read(), c.expected);
+  EXPECT_EQ(send.read(), c.send) << "the send buffer changed";
+
+  const std::vector<std::size_t> zeros(static_cast<std::size_t>(comm.size()), 0);
+  comm.all_to_all_floats(nullptr, zeros, zeros, nullptr, zeros, zeros);
+}
+
+// The last rank expects one float more from rank 0 than rank 0 sends it (in
+// a world of one, rank 0 from itself): every rank throws a CommunicatorError
+// naming both ranks and both counts, before any float moves. The
+// communicator is unusable afterwards, for all_to_all_floats too.
+template <class Rows = HostRows>
+inline void check_all_to_all_mismatch_throws(Communicator& comm) {
+  AllToAllCase c = all_to_all_case(comm.rank(), comm.size());
+  const int last = comm.size() - 1;
+  const std::size_t sent = all_to_all_count(0, last);
+  if (comm.rank() == last) ++c.recv_counts[0];  // block 0 is the last: the final gap holds it
+  Rows send(c.send);
+  const std::vector<float> untouched(c.expected.size(), kUntouched);
+  Rows recv(untouched);
+  try {
+    comm.all_to_all_floats(send.data(), c.send_counts, c.send_offsets, recv.data(), c.recv_counts,
+                           c.recv_offsets);
+    ADD_FAILURE() << "mismatched all_to_all_floats did not throw";
+  } catch (const CommunicatorError& e) {
+    const std::string who = "rank 0 sends rank " + std::to_string(last) + " " +
+                            std::to_string(sent) + " floats, rank " + std::to_string(last) +
+                            " expects " + std::to_string(sent + 1);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("all_to_all_floats"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(who));
+  }
+  EXPECT_EQ(recv.read(), untouched) << "floats moved although the counts disagree";
+  EXPECT_THROW(comm.barrier(), CommunicatorError);
+  const std::vector<std::size_t> zeros(static_cast<std::size_t>(comm.size()), 0);
+  EXPECT_THROW(comm.all_to_all_floats(nullptr, zeros, zeros, nullptr, zeros, zeros),
+               CommunicatorError);
 }
 
 // Two colors (even and odd ranks); the key reverses the order within each.

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <latch>
+#include <limits>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -89,6 +90,12 @@ TEST_P(InProcessContract, Broadcast) { run_world(GetParam(), optex::test::check_
 TEST_P(InProcessContract, Barrier) { run_world(GetParam(), optex::test::check_barrier); }
 TEST_P(InProcessContract, AllGatherFloats) {
   run_world(GetParam(), optex::test::check_all_gather_floats);
+}
+TEST_P(InProcessContract, AllToAllFloats) {
+  run_world(GetParam(), [](Communicator& comm) { optex::test::check_all_to_all_floats(comm); });
+}
+TEST_P(InProcessContract, AllToAllMismatchThrows) {
+  run_world(GetParam(), optex::test::check_all_to_all_mismatch_throws<>);
 }
 TEST_P(InProcessContract, Split) { run_world(GetParam(), optex::test::check_split); }
 TEST_P(InProcessContract, NodeLocal) { run_world(GetParam(), optex::test::check_node_local); }
@@ -207,10 +214,19 @@ TEST(LocalCommunicator, IsRankZeroOfOne) {
 
 // ---- failures ----------------------------------------------------------------
 
-// Rank 3 never calls: the others throw within their timeout, exactly one of
-// them a CommunicatorTimeout, and every message names rank 3. Rank 3's late
-// call then fails at once.
-TEST(InProcessFailure, TimeoutNamesTheMissingRank) {
+// all_to_all_floats with the contract's case: its buffers live for the call.
+void all_to_all(Communicator& comm) {
+  const optex::test::AllToAllCase c = optex::test::all_to_all_case(comm.rank(), comm.size());
+  std::vector<float> recv(c.expected.size(), optex::test::kUntouched);
+  comm.all_to_all_floats(c.send.data(), c.send_counts, c.send_offsets, recv.data(), c.recv_counts,
+                         c.recv_offsets);
+}
+
+// Rank 3 calls `operation` only after the others have failed in it: they
+// throw within their timeout, exactly one of them a CommunicatorTimeout, and
+// every message names rank 3. Rank 3's late call then fails at once.
+void expect_timeout_names_rank_3(const std::string& operation,
+                                 const std::function<void(Communicator&)>& call) {
   constexpr int kSize = 4;
   const Seconds timeout{0.5};
   InProcessWorld world(kSize);
@@ -223,11 +239,11 @@ TEST(InProcessFailure, TimeoutNamesTheMissingRank) {
       if (r == kSize - 1) {
         others_done.wait();
       } else {
-        failures[static_cast<std::size_t>(r)] = expect_failure([&] { comm->barrier(); });
+        failures[static_cast<std::size_t>(r)] = expect_failure([&] { call(*comm); });
         others_done.count_down();
         return;
       }
-      failures[static_cast<std::size_t>(r)] = expect_failure([&] { comm->barrier(); });
+      failures[static_cast<std::size_t>(r)] = expect_failure([&] { call(*comm); });
     });
   }
   for (auto& t : threads) t.join();
@@ -238,7 +254,7 @@ TEST(InProcessFailure, TimeoutNamesTheMissingRank) {
     ASSERT_TRUE(f.threw) << "rank " << r;
     timeouts += f.timed_out ? 1 : 0;
     EXPECT_THAT(f.what, HasSubstr("rank 3 did not arrive within 0.5 s")) << "rank " << r;
-    EXPECT_THAT(f.what, HasSubstr("barrier"));
+    EXPECT_THAT(f.what, HasSubstr(operation));
     EXPECT_GE(f.seconds, 0.4) << "rank " << r;
     EXPECT_LT(f.seconds, 5.0) << "rank " << r;
   }
@@ -248,6 +264,14 @@ TEST(InProcessFailure, TimeoutNamesTheMissingRank) {
   EXPECT_FALSE(late.timed_out);
   EXPECT_LT(late.seconds, 0.4) << "the late rank waited instead of failing at once";
   EXPECT_THAT(late.what, HasSubstr("rank 3 did not arrive"));
+}
+
+TEST(InProcessFailure, TimeoutNamesTheMissingRank) {
+  expect_timeout_names_rank_3("barrier", [](Communicator& comm) { comm.barrier(); });
+}
+
+TEST(InProcessFailure, AllToAllTimeoutNamesTheMissingRank) {
+  expect_timeout_names_rank_3("all_to_all_floats", all_to_all);
 }
 
 // One rank's short timeout fails the ranks with long ones at the same time.
@@ -304,6 +328,7 @@ TEST(InProcessFailure, AbortReachesEveryRankAndPoisonsTheWorld) {
           [&] { comm->all_reduce(values, ReduceOp::sum); },
           [&] { comm->broadcast_bytes(bytes, 0); },
           [&] { comm->all_gather_floats(nullptr, nullptr, counts); },
+          [&] { all_to_all(*comm); },
           [&] { comm->split(0, 0); },
           [&] { comm->node_local(); },
       };
@@ -384,6 +409,80 @@ TEST(InProcessFailure, BadArgumentsNameTheParameter) {
   expect_invalid([&](Communicator& c) { c.all_gather_floats(nullptr, &x, one_count); }, "mine");
   expect_invalid([&](Communicator& c) { c.all_gather_floats(&x, nullptr, one_count); }, "all");
   expect_invalid([&](Communicator& c) { c.split(-1, 0); }, "color");
+
+  // all_to_all_floats: x to itself, except where a case says otherwise.
+  float y = 0.0f;
+  const std::vector<std::size_t> zero = {0};
+  const std::vector<std::size_t> huge = {std::numeric_limits<std::size_t>::max()};
+  const auto a2a = [&](const float* send, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_offsets, float* recv,
+                       std::span<const std::size_t> recv_counts,
+                       std::span<const std::size_t> recv_offsets) {
+    return [=](Communicator& c) {
+      c.all_to_all_floats(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+    };
+  };
+  expect_invalid(a2a(&x, two_counts, zero, &y, one_count, zero),
+                 "send_counts.size() must be size() = 1, got 2");
+  expect_invalid(a2a(&x, one_count, {}, &y, one_count, zero),
+                 "send_offsets.size() must be size() = 1, got 0");
+  expect_invalid(a2a(&x, one_count, zero, &y, two_counts, zero),
+                 "recv_counts.size() must be size() = 1, got 2");
+  expect_invalid(a2a(&x, one_count, zero, &y, one_count, two_counts),
+                 "recv_offsets.size() must be size() = 1, got 2");
+  expect_invalid(a2a(nullptr, one_count, zero, &y, one_count, zero),
+                 "send: null with send_counts[0] = 1");
+  expect_invalid(a2a(&x, one_count, zero, nullptr, one_count, zero),
+                 "recv: null with recv_counts[0] = 1");
+  expect_invalid(a2a(&x, one_count, huge, &y, one_count, zero),
+                 "send_offsets[0] + send_counts[0] = " + std::to_string(huge[0]) +
+                     " + 1 floats run past the end of the address space");
+  expect_invalid(a2a(&x, one_count, zero, &x, one_count, zero),
+                 "the receive region from rank 0 overlaps the send region to rank 0");
+}
+
+// Receive regions that overlap each other: refused on the rank that passes
+// them (here both).
+TEST(InProcessFailure, AllToAllRefusesOverlappingReceiveRegions) {
+  run_world(2, [](Communicator& comm) {
+    const float send[2] = {1.0f, 2.0f};
+    float recv[2] = {0.0f, 0.0f};
+    const std::vector<std::size_t> counts = {1, 1};
+    const std::vector<std::size_t> apart = {0, 1};
+    const std::vector<std::size_t> same = {1, 1};
+    try {
+      comm.all_to_all_floats(send, counts, apart, recv, counts, same);
+      ADD_FAILURE() << "overlapping receive regions accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("the receive regions from ranks 0 and 1 overlap"));
+    }
+  });
+}
+
+// A rank whose spans have the wrong length throws std::invalid_argument
+// before it arrives; the other rank fails at once, and no float moves on
+// either.
+TEST(InProcessFailure, AllToAllBadArgumentOnOneRankMovesNothing) {
+  run_world(2, [](Communicator& comm) {
+    optex::test::AllToAllCase c = optex::test::all_to_all_case(comm.rank(), comm.size());
+    if (comm.rank() == 0) c.recv_offsets.push_back(0);
+    const std::vector<float> untouched(c.expected.size(), optex::test::kUntouched);
+    std::vector<float> recv = untouched;
+    const auto call = [&] {
+      comm.all_to_all_floats(c.send.data(), c.send_counts, c.send_offsets, recv.data(),
+                             c.recv_counts, c.recv_offsets);
+    };
+    if (comm.rank() == 0) {
+      EXPECT_THAT(call, ::testing::ThrowsMessage<std::invalid_argument>(
+                            HasSubstr("recv_offsets.size() must be size() = 2, got 3")));
+    } else {
+      const Failure f = expect_failure(call);
+      EXPECT_TRUE(f.threw);
+      EXPECT_LT(f.seconds, 5.0);
+      EXPECT_THAT(f.what, HasSubstr("rank 0 passed a bad argument to all_to_all_floats"));
+    }
+    EXPECT_EQ(recv, untouched);
+  });
 }
 
 // Every kind of disagreement is caught, on every rank, naming what differs.

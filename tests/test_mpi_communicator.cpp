@@ -50,6 +50,7 @@ TEST_F(MpiContract, AllReduce) { optex::test::check_all_reduce(comm_); }
 TEST_F(MpiContract, Broadcast) { optex::test::check_broadcast(comm_); }
 TEST_F(MpiContract, Barrier) { optex::test::check_barrier(comm_); }
 TEST_F(MpiContract, AllGatherFloats) { optex::test::check_all_gather_floats(comm_); }
+TEST_F(MpiContract, AllToAllFloats) { optex::test::check_all_to_all_floats(comm_); }
 TEST_F(MpiContract, Split) { optex::test::check_split(comm_); }
 TEST_F(MpiContract, NodeLocal) { optex::test::check_node_local(comm_); }
 TEST_F(MpiContract, SetTimeoutRejectsBadValues) {
@@ -102,6 +103,19 @@ TEST_F(MpiContract, AllGatherFloatsInSeveralRounds) {
   }
 }
 
+// Pieces of 1, 3 and 7 floats: a block in several messages, pieces that end
+// mid-block; then blocks of up to 900 floats in pieces of 64. The seam that
+// stands in for counts above INT_MAX (which would need some 17 GB here).
+TEST_F(MpiContract, AllToAllFloatsInSeveralPieces) {
+  for (const std::size_t chunk : {1, 3, 7}) {
+    SCOPED_TRACE("max_chunk_floats " + std::to_string(chunk));
+    comm_.set_max_chunk_floats(chunk);
+    optex::test::check_all_to_all_floats(comm_);
+  }
+  comm_.set_max_chunk_floats(64);
+  optex::test::check_all_to_all_floats(comm_, 300);
+}
+
 TEST_F(MpiContract, RejectsBadArguments) {
   const auto expect_invalid = [](const auto& call, const std::string& words) {
     try {
@@ -124,6 +138,13 @@ TEST_F(MpiContract, RejectsBadArguments) {
   std::vector<float> all(ones.size());
   expect_invalid([&] { comm_.all_gather_floats(nullptr, all.data(), ones); }, "mine");
   expect_invalid([&] { comm_.split(-1, 0); }, "color: must be >= 0, got -1");
+  // all_to_all_floats: spans of another length, before anything is sent.
+  const std::vector<std::size_t> zeros(ones.size(), 0);
+  expect_invalid([&] { comm_.all_to_all_floats(nullptr, zeros, zeros, nullptr, zeros, wrong); },
+                 "all_to_all_floats: recv_offsets.size() must be size() = " +
+                     std::to_string(comm_.size()) + ", got " + std::to_string(wrong.size()));
+  expect_invalid([&] { comm_.all_to_all_floats(nullptr, ones, zeros, all.data(), ones, zeros); },
+                 "send: null with send_counts[0] = 1");
   expect_invalid([] { MpiCommunicator bad(MPI_COMM_NULL); }, "comm");
   // Local checks leave the communicator working.
   optex::test::check_barrier(comm_);
@@ -158,6 +179,22 @@ TEST(MpiErrors, DifferentSizesAreACommunicatorErrorNamingTheRank) {
   optex::test::check_barrier(fresh);
 }
 
+// Counts that disagree between ranks: a CommunicatorError on every rank that
+// names the ranks and the counts, before any float moves; with the counts
+// gathered point to point, and in collective rounds (tiny windows).
+TEST(MpiErrors, AllToAllMismatchIsACommunicatorErrorOnEveryRank) {
+  for (const std::size_t chunk : {std::size_t{1} << 30, std::size_t{2}}) {
+    SCOPED_TRACE("max_chunk_floats " + std::to_string(chunk));
+    MpiCommunicator comm;
+    comm.set_timeout(Communicator::Seconds{5.0});
+    comm.set_max_chunk_floats(chunk);
+    optex::test::check_all_to_all_mismatch_throws(comm);
+  }
+  MpiCommunicator fresh;
+  fresh.set_timeout(kTestTimeout);
+  optex::test::check_all_to_all_floats(fresh);
+}
+
 // The same in the gather of MPI collectives (forced with tiny rounds): an
 // error or a timeout, never MPI's fatal abort. (A rank that receives shorter
 // messages than it expects may not notice: MPI allows short messages.)
@@ -182,18 +219,30 @@ TEST(MpiErrors, DifferentSizesInCollectiveRoundsAreNotFatal) {
 // come too late), on every rank that waited.
 TEST(MpiErrors, TimeoutNamesTheRanksThatDidNotArrive) {
   const std::string odd = comm_size_odd_ranks();
-  for (const std::string operation : {"all_gather_bytes", "barrier"}) {
+  for (const std::string operation : {"all_gather_bytes", "barrier", "all_to_all_floats"}) {
     SCOPED_TRACE(operation);
     MpiCommunicator comm;
     comm.set_timeout(Communicator::Seconds{0.5});
     // Alive until every late message has landed (the world barrier below).
     std::vector<std::byte> mine(4);
     std::vector<std::byte> all(4 * static_cast<std::size_t>(comm.size()));
+    // all_to_all_floats: a float to each rank of the same parity, so that
+    // the late ranks complete among themselves once their counts arrive.
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    std::vector<std::size_t> counts(ranks);
+    for (std::size_t r = 0; r < ranks; ++r)
+      counts[r] = r % 2 == static_cast<std::size_t>(comm.rank() % 2) ? 1 : 0;
+    std::vector<std::size_t> offsets(ranks);
+    std::iota(offsets.begin(), offsets.end(), std::size_t{0});
+    const std::vector<float> send(ranks, 1.0f);
+    std::vector<float> recv(ranks);
     const auto call = [&] {
       if (operation == "barrier") {
         comm.barrier();
-      } else {
+      } else if (operation == "all_gather_bytes") {
         comm.all_gather_bytes(mine, all);
+      } else {
+        comm.all_to_all_floats(send.data(), counts, offsets, recv.data(), counts, offsets);
       }
     };
     if (comm.rank() % 2 == 1) {

@@ -98,6 +98,20 @@ class DeviceFloats {
   bool ok_ = true;
 };
 
+// The contract's rows (communicator_contract.hpp's HostRows) in GPU 0's memory.
+class DeviceRows {
+ public:
+  explicit DeviceRows(const std::vector<float>& values) : floats_(values.size()) {
+    EXPECT_TRUE(floats_.ok());
+    floats_.upload(values);
+  }
+  float* data() { return floats_.data(); }
+  std::vector<float> read() const { return floats_.download(); }
+
+ private:
+  DeviceFloats floats_;
+};
+
 std::uint32_t BitsOf(float x) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &x, sizeof bits);
@@ -206,6 +220,21 @@ TEST_F(Nccl, GathersDeviceRowsOutOfPlaceAndInPlace) {
   comm->all_gather_floats(nullptr, nullptr, zero);
 }
 
+// In a world of one, all_to_all_floats is the self pair: a copy between
+// device buffers, with the contract's gaps, overlaps and offsets.
+TEST_F(Nccl, AllToAllOnDeviceRowsKeepsTheContract) {
+  auto comm = Single();
+  optex::test::check_all_to_all_floats<DeviceRows>(*comm);
+  optex::test::check_all_to_all_floats<DeviceRows>(*comm, 1000);
+}
+
+// Counts that disagree (rank 0 expects more from itself than it sends): a
+// CommunicatorError before any float moves; the communicator is aborted.
+TEST_F(Nccl, AllToAllMismatchFailsBeforeAnyFloatMoves) {
+  auto comm = Single();
+  optex::test::check_all_to_all_mismatch_throws<DeviceRows>(*comm);
+}
+
 // NCCL counts are size_t: a row of more than INT_MAX floats arrives whole.
 // Needs about 17 GB free on GPU 0; skipped (with the reason) otherwise.
 TEST_F(Nccl, GathersARowOfMoreThanIntMaxFloats) {
@@ -283,6 +312,9 @@ TEST_F(Nccl, AbortLeavesTheCommunicatorUnusable) {
                   AllOf(HasSubstr("barrier"), HasSubstr("rank 0"), HasSubstr("the test says so"))));
   std::vector<double> values = {1.0};
   EXPECT_THROW(comm->all_reduce(values, ReduceOp::sum), CommunicatorError);
+  const std::vector<std::size_t> zero = {0};
+  EXPECT_THROW(comm->all_to_all_floats(nullptr, zero, zero, nullptr, zero, zero),
+               CommunicatorError);
 }
 
 // ---- errors -----------------------------------------------------------------------
@@ -312,6 +344,17 @@ TEST_F(Nccl, RejectsBadArgumentsAndStaysUsable) {
                   AllOf(HasSubstr("mine"), HasSubstr("not memory of cuda:0"))));
   EXPECT_THAT([&] { comm->all_gather_floats(row.data(), host.data(), four); },
               ThrowsMessage<std::invalid_argument>(HasSubstr("all")));
+  const std::vector<std::size_t> zero = {0};
+  EXPECT_THAT(
+      [&] { comm->all_to_all_floats(row.data(), four, zero, row.data(), four, two_counts); },
+      ThrowsMessage<std::invalid_argument>(
+          HasSubstr("recv_offsets.size() must be size() = 1, got 2")));
+  EXPECT_THAT([&] { comm->all_to_all_floats(host.data(), four, zero, row.data(), four, zero); },
+              ThrowsMessage<std::invalid_argument>(
+                  AllOf(HasSubstr("send"), HasSubstr("not memory of cuda:0"))));
+  EXPECT_THAT([&] { comm->all_to_all_floats(row.data(), four, zero, host.data(), four, zero); },
+              ThrowsMessage<std::invalid_argument>(
+                  AllOf(HasSubstr("recv"), HasSubstr("not memory of cuda:0"))));
 
   std::vector<std::byte> mine(3);
   std::vector<std::byte> wrong(4);

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -73,8 +74,8 @@ class Communicator {
   virtual void barrier() = 0;
 
   // ---- gradient rows ------------------------------------------------------
-  // Where all_gather_floats reads and writes: host memory for Device::cpu(),
-  // that GPU's memory for Device::cuda(k).
+  // Where all_gather_floats and all_to_all_floats read and write: host
+  // memory for Device::cpu(), that GPU's memory for Device::cuda(k).
   virtual Device row_device() const { return Device::cpu(); }
   // Rank r contributes counts[r] floats from its `mine`; they land in `all`
   // at offset counts[0] + ... + counts[r-1] on every rank. `mine` may point
@@ -82,6 +83,27 @@ class Communicator {
   // the same on every rank; a count may be zero and may exceed INT_MAX.
   virtual void all_gather_floats(const float* mine, float* all,
                                  std::span<const std::size_t> counts) = 0;
+  // Rank r sends send_counts[s] floats, read from send + send_offsets[s], to
+  // every rank s, and receives recv_counts[s] floats from rank s into
+  // recv + recv_offsets[s]. recv_counts[s] on rank r must equal
+  // send_counts[r] on rank s. All four spans have size() entries; counts may
+  // be zero and may exceed INT_MAX. Send regions may overlap (the same floats
+  // to several ranks); receive regions must not overlap each other or a send
+  // region. Buffers live in row_device() memory. A rank sends to itself too
+  // (a copy).
+  virtual void all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                                 std::span<const std::size_t> send_offsets, float* recv,
+                                 std::span<const std::size_t> recv_counts,
+                                 std::span<const std::size_t> recv_offsets) = 0;
+
+  // For backends, all_to_all_floats' agreement on the counts, worded the same
+  // everywhere. One rank's row: its send_counts, then its recv_counts
+  // (2 * size() entries). Given the rows of all `size` ranks in rank order,
+  // the mismatch says which ranks disagree on what ("" when every rank
+  // expects what its peers send it).
+  static std::vector<std::uint64_t> all_to_all_count_row(std::span<const std::size_t> send_counts,
+                                                         std::span<const std::size_t> recv_counts);
+  static std::string all_to_all_count_mismatch(int size, std::span<const std::uint64_t> rows);
 
   // ---- structure ----------------------------------------------------------
   // Collective: ranks with the same color form a new communicator, ordered by
@@ -125,6 +147,18 @@ class Communicator {
  protected:
   // For backends: the messages every backend words the same way.
   std::string where(std::string_view operation) const;
+
+  // For backends, all_to_all_floats' local check, worded the same everywhere:
+  // what is wrong with this rank's arguments (spans of another length than
+  // size(), a null buffer with floats to move, a region past the end of the
+  // address space, a receive region that overlaps another or a send region),
+  // or "" when nothing is.
+  std::string all_to_all_argument_problem(const float* send,
+                                          std::span<const std::size_t> send_counts,
+                                          std::span<const std::size_t> send_offsets,
+                                          const float* recv,
+                                          std::span<const std::size_t> recv_counts,
+                                          std::span<const std::size_t> recv_offsets) const;
 
  private:
   Seconds timeout_ = kDefaultTimeout;

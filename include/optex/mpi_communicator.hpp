@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,6 +93,14 @@ class MpiCommunicator final : public Communicator {
   // most max_chunk_floats() floats of `all`.
   void all_gather_floats(const float* mine, float* all,
                          std::span<const std::size_t> counts) override;
+  // First every rank's counts (a gather of 16 * size() bytes from each rank),
+  // so that a mismatch is a CommunicatorError on every rank before any float
+  // moves; then a message per peer and piece of at most max_chunk_floats()
+  // floats (and INT_MAX bytes), so counts above INT_MAX move too.
+  void all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                         std::span<const std::size_t> send_offsets, float* recv,
+                         std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_offsets) override;
   // MPI_Comm_split: blocking (MPI 3.1 has no non-blocking split), so its
   // wait is not bounded by timeout(). color must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key) override;
@@ -100,8 +109,9 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void abort(std::string_view reason) override;
 
   // The window of one round of all_gather_floats (and all_gather_bytes), in
-  // elements; default 2^30. For tests: a small value exercises the rounds
-  // without gigabytes of data. Throws std::invalid_argument outside
+  // elements, and the largest message of all_to_all_floats; default 2^30.
+  // For tests: a small value exercises the rounds and pieces without
+  // gigabytes of data. Throws std::invalid_argument outside
   // [1, 2^30]. Must be the same on every rank; split() passes it on.
   void set_max_chunk_floats(std::size_t floats);
   std::size_t max_chunk_floats() const { return max_chunk_floats_; }
@@ -154,19 +164,34 @@ class MpiCommunicator final : public Communicator {
     return size_ <= kNamedRanksLimit && total_bytes <= kLargeTransferBytes;
   }
   // Rank r's bytes[r] land in `all` at offset bytes[0] + ... + bytes[r-1].
+  // `tag` keeps the messages apart from those of other kinds of operation.
   void gather_point_to_point(const std::byte* mine, std::byte* all,
-                             std::span<const std::size_t> bytes, std::string_view operation);
+                             std::span<const std::size_t> bytes, std::string_view operation,
+                             int tag);
+  // all_gather_bytes without its checks: point to point when small, else in windows.
+  void gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all,
+                    std::string_view operation, int tag);
   // Returns once every rank has called it (a point-to-point round of empty
   // messages, or MPI_Ibarrier in a larger world).
   void wait_for_every_rank(std::string_view operation);
   // All-gather of element counts that may exceed INT_MAX, in windows.
   void gather_in_windows(const std::byte* mine, std::byte* all, std::span<const std::size_t> counts,
                          MPI_Datatype type, std::size_t element_bytes, std::string_view operation);
+  // all_to_all_floats once the counts agree: the blocks of the other ranks as
+  // messages, the own block by memcpy.
+  void exchange_blocks(const float* send, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_offsets, float* recv,
+                       std::span<const std::size_t> recv_counts,
+                       std::span<const std::size_t> recv_offsets, std::string_view operation);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   std::size_t max_chunk_floats_ = kDefaultMaxChunkFloats;
+  // all_to_all_floats' counts: this rank's row, then every rank's. A member,
+  // so that the messages of a rank that arrives after a timeout land in
+  // memory the communicator still owns.
+  std::vector<std::uint64_t> count_rows_;
   // Why the communicator is unusable; empty while it works.
   std::string failure_;
 };

@@ -7,9 +7,10 @@
 //
 // The host operations (all_gather_bytes, all_reduce, broadcast_bytes,
 // barrier) go through a small device buffer and are meant for a few scalars.
-// all_gather_floats reads and writes memory of row_device(): the caller's
-// writes to `mine` must be complete when it is called (synchronize the stream
-// that wrote them); `all` is complete when it returns.
+// all_gather_floats and all_to_all_floats read and write memory of
+// row_device(): the caller's writes to `mine` (`send`) must be complete when
+// it is called (synchronize the stream that wrote them); `all` (`recv`) is
+// complete when it returns.
 //
 // Every call returns within timeout() or throws CommunicatorTimeout (see
 // communicator.hpp); after any CommunicatorError the communicator is aborted
@@ -66,6 +67,12 @@ class NcclCommunicator final : public Communicator {
   Device row_device() const override;
   void all_gather_floats(const float* mine, float* all,
                          std::span<const std::size_t> counts) override;
+  // send and recv in memory of row_device(). The counts are checked first,
+  // through the host path: a mismatch fails every rank, and aborts.
+  void all_to_all_floats(const float* send, std::span<const std::size_t> send_counts,
+                         std::span<const std::size_t> send_offsets, float* recv,
+                         std::span<const std::size_t> recv_counts,
+                         std::span<const std::size_t> recv_offsets) override;
 
   // A NcclCommunicator on the same GPU (ncclCommSplit). color must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key) override;
