@@ -160,6 +160,7 @@ void Engine::set_optimizer(const OptimizerRanges& optimizer) {
 const OptimizerState& Engine::optimizer_state() const { return backend().optimizer_state(); }
 std::int64_t Engine::optimizer_step() const { return backend().state_step(); }
 const GradientHistory& Engine::history() const { return backend().history(); }
+const HistoryGram& Engine::history_statistics() const { return backend().gram(); }
 
 void Engine::refit_if_needed() {
   if (fitted_) return;

@@ -17,7 +17,7 @@
 #include "optex/block_pool.hpp"
 #include "optex/data_parallel.hpp"
 #include "optex/detail/configuration_fingerprint.hpp"
-#include "optex/detail/engine_backend.hpp"
+#include "optex/detail/device_floats.hpp"
 #include "optex/random.hpp"
 #include "rank_agreement.hpp"
 #include "sharded_engine_parts.hpp"
@@ -26,7 +26,6 @@ namespace optex {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using detail::BatchAccess;
 using detail::collectively;
 
 constexpr std::size_t kFloat = sizeof(float);
@@ -66,13 +65,21 @@ void check_arguments(std::span<const float> x0, const OptimizerRanges& optimizer
     throw std::invalid_argument(
         "proxy: Proxy::target needs whole points for its oracle; a sharded engine holds slices");
   }
-  if (options.device.is_cuda() || comm.row_device().is_cuda()) {
-    throw std::invalid_argument(
-        "device: sharded state on a GPU (" +
-        (options.device.is_cuda() ? options.device.name() : std::string(comm.backend())) +
-        ") is not available yet; use a CPU engine with an in-process or MPI communicator");
+  // The exchanges move rows where both the engine and the communicator keep
+  // them: host rows for a CPU engine, that GPU's rows (NCCL) for a CUDA one.
+  if (comm.row_device() != options.device) {
+    throw std::invalid_argument("device: the " + std::string(comm.backend()) +
+                                " communicator's rows live on " + comm.row_device().name() +
+                                ", the engine on " + options.device.name() +
+                                " (a CUDA engine needs a NCCL communicator on its GPU, a CPU "
+                                "engine an in-process or MPI one)");
   }
   const int d = distributed.data_parallel;
+  if (options.device.is_cuda() && d > 1) {
+    throw std::invalid_argument("data_parallel: " + std::to_string(d) +
+                                " on device rows: the group mean over device rows is not "
+                                "implemented; use host rows or data_parallel = 1");
+  }
   if (comm.size() % d != 0) {
     throw std::invalid_argument("data_parallel: " + std::to_string(d) +
                                 " does not divide the world size " + std::to_string(comm.size()));
@@ -118,11 +125,13 @@ std::vector<float> rank0_slice(std::span<const float> x0, const CoordinateShard&
 
 // Refuses, on every rank, a configuration that some rank has no room for,
 // before anything of size d is allocated; prints every rank's bytes on rank 0.
-void check_memory(const ShardMemory& memory, const CoordinateShard& shard, Communicator& comm,
-                  bool quiet) {
+void check_memory(const ShardMemory& memory, const CoordinateShard& shard, Device device,
+                  Communicator& comm, bool quiet) {
+  // A GPU is one rank's (NCCL: one process per GPU); a host is shared by its ranks.
   const int sharing = std::max(1, comm.node_local().size);
-  const std::uint64_t mine[4] = {memory.total(), available_host_bytes() / sharing, memory.history,
-                                 memory.optimizer};
+  const std::size_t available =
+      device.is_cuda() ? detail::cuda_free_bytes(device) : available_host_bytes() / sharing;
+  const std::uint64_t mine[4] = {memory.total(), available, memory.history, memory.optimizer};
   std::vector<std::uint64_t> all(4 * static_cast<std::size_t>(comm.size()));
   comm.all_gather(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all));
   if (comm.rank() == 0 && !quiet) {
@@ -152,7 +161,7 @@ void check_memory(const ShardMemory& memory, const CoordinateShard& shard, Commu
 namespace detail {
 
 std::uint64_t shared_state_hash(const Engine& engine) {
-  const HistoryGram& gram = engine.history();
+  const HistoryGram& gram = engine.history_statistics();  // host, never copies
   const auto bytes = [](const auto& v) {
     return fnv1a64(reinterpret_cast<const unsigned char*>(&v), sizeof v);
   };
@@ -210,7 +219,10 @@ ShardMemory shard_memory(std::size_t d, int ranks, int rank, const Options& opti
   const auto own_rows = static_cast<std::size_t>(
       point_range(options.parallelism, groups, rank / data_parallel).count);
   ShardMemory m;
-  m.history = 2 * t0 * s * kFloat;
+  // The history's storage (bf16 halves points, gradients or both on a GPU).
+  const std::size_t point_bytes = options.history_precision == Precision::bf16 ? 2 : kFloat;
+  const std::size_t gradient_bytes = options.history_precision == Precision::fp32 ? kFloat : 2;
+  m.history = t0 * s * (point_bytes + gradient_bytes);
   m.optimizer = (2 + 2 * slots) * s * kFloat;  // iterate, next iterate; state, work state
   const std::size_t batches = options.separates_points_from_rows() ? 2 : 1;
   m.rows = batches * (3 * n - 1) * s * kFloat  // points, gradients, predictions: slices
@@ -237,7 +249,8 @@ ShardedEngine::Parts ShardedEngine::build(std::span<const float> x0, OptimizerRa
     memory = shard_memory(d, comm.size(), comm.rank(), options, parts.optimizer,
                           distributed.data_parallel);
   });
-  collectively(comm, "ShardedEngine", true, [&] { check_memory(memory, shard, comm, quiet); });
+  collectively(comm, "ShardedEngine", true,
+               [&] { check_memory(memory, shard, options.device, comm, quiet); });
   const std::vector<float> slice = rank0_slice(x0, shard, comm);
   parts.stats = std::make_unique<CommunicationStats>();
   parts.sums = std::make_unique<CommunicatorSums>(comm, parts.stats.get());
@@ -275,8 +288,8 @@ ShardedEngine::ShardedEngine(Parts parts, Communicator& communicator,
   batch_.dim_ = shard_.dim;
   batch_.rows_ = mine;
   const auto rows = static_cast<std::size_t>(mine.count);
-  batch_.points_.assign(rows * shard_.dim, 0.0f);
-  batch_.grads_.assign(rows * shard_.dim, 0.0f);
+  batch_.points_ = detail::DeviceFloats(engine_.device(), rows * shard_.dim);
+  batch_.grads_ = detail::DeviceFloats(engine_.device(), rows * shard_.dim);
   batch_.losses_.assign(rows, 0.0);
   batch_.seeds_.assign(rows, 0);
   if (distributed_.data_parallel > 1)
@@ -340,7 +353,7 @@ void ShardedEngine::send_points(int k) {
     }
   }
   Batch& slices = const_cast<Batch&>(engine_.ask());
-  world_->all_to_all_floats(BatchAccess::points(slices), send_counts, send_offsets,
+  world_->all_to_all_floats(slices.device_points(), send_counts, send_offsets,
                             batch_.points_.data(), recv_counts, recv_offsets);
   count_sent(send_counts);
 }
@@ -360,7 +373,7 @@ void ShardedEngine::send_gradients(int k) {
     }
   }
   Batch& slices = const_cast<Batch&>(engine_.ask());
-  float* grads = BatchAccess::grads(slices);
+  float* grads = slices.device_grads();  // host rows on the CPU
   for (std::size_t r = 0; r < w; ++r) {
     const PointRange rows = points_of_group(static_cast<int>(r) / d);
     if (k >= rows.count) continue;
@@ -438,8 +451,13 @@ void ShardedEngine::gather_iterate(std::span<float> out) {
   }
   std::vector<std::size_t> counts;
   for (const CoordinateShard& s : shards_) counts.push_back(s.size);
-  const std::span<const float> mine = engine_.iterate();
-  world_->all_gather_floats(mine.data(), out.data(), counts);
+  if (!engine_.device().is_cuda()) {
+    world_->all_gather_floats(engine_.device_iterate(), out.data(), counts);
+    return;
+  }
+  detail::DeviceFloats whole(engine_.device(), shard_.dim);
+  world_->all_gather_floats(engine_.device_iterate(), whole.data(), counts);
+  whole.copy_to_host(0, out);
 }
 
 // ---- agreement between the ranks ---------------------------------------------

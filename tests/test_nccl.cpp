@@ -35,6 +35,7 @@
 #include "optex/in_process_communicator.hpp"
 #include "optex/nccl_communicator.hpp"
 #include "optex/problems.hpp"
+#include "optex/sharded_engine.hpp"
 
 namespace {
 
@@ -418,6 +419,57 @@ TEST_F(Nccl, DistributedEngineRefusesAnEngineOnAnotherDevice) {
   optex::Options options;  // a CPU engine: the NCCL rows are on the GPU
   const std::vector<float> x0(16, 0.5f);
   EXPECT_THAT([&] { optex::DistributedEngine e(x0, optex::Sgd{.lr = 0.1}, options, *comm); },
+              ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("device"), HasSubstr("cpu"))));
+}
+
+// Sharded state on device rows: a world of one NCCL rank holds the whole
+// vector as its slice; its points and gradients move between device rows.
+// It follows the whole CUDA engine within the sharded tolerance (DESIGN.md
+// section 3), with the same seeds and commits, and its host views refuse.
+TEST_F(Nccl, ShardedEngineOnDeviceRowsFollowsTheDeviceEngine) {
+  auto comm = Single();
+  optex::Options options;
+  options.parallelism = 3;
+  options.seed = 7;
+  options.history = 8;
+  options.device = comm->row_device();
+  const std::size_t d = 3 * 4096 + 17;
+  const std::vector<float> x0(d, 0.75f);
+  const optex::problems::Sphere f;
+  optex::ShardedEngine sharded(x0, optex::Adam{.lr = 0.01}, options, *comm, {}, true);
+  optex::Engine reference(x0, optex::Adam{.lr = 0.01}, options);
+  std::vector<float> point(d), g(d);
+  for (int t = 0; t < 12; ++t) {
+    optex::ShardedBatch& b = sharded.ask();
+    EXPECT_THROW((void)b.point(b.rows().first), std::logic_error);
+    for (int i : b.rows()) {
+      ASSERT_EQ(
+          cudaMemcpy(point.data(), b.device_point(i), d * sizeof(float), cudaMemcpyDeviceToHost),
+          cudaSuccess);
+      b.loss(i) = f.EvaluateWithGradient(point, g);
+      ASSERT_EQ(cudaMemcpy(b.device_grad(i), g.data(), d * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    const optex::IterationInfo& info = sharded.tell(b);
+    optex::Batch& rb = reference.ask();
+    for (int i = 0; i < rb.size(); ++i)
+      rb.loss(i) = f.EvaluateWithGradient(rb.point(i), rb.grad(i));
+    const optex::IterationInfo& ref_info = reference.tell(rb);
+    ASSERT_EQ(info.committed_point, ref_info.committed_point) << "round " << t;
+    ASSERT_EQ(sharded.engine().rng_state(), reference.rng_state());
+    std::vector<float> x(d);
+    sharded.gather_iterate(x);
+    const std::span<const float> want = reference.iterate();
+    for (std::size_t j = 0; j < d; ++j) {
+      ASSERT_NEAR(x[j], want[j], 1e-5 * (1.0 + std::fabs(want[j]))) << "round " << t << ", " << j;
+    }
+  }
+}
+
+TEST_F(Nccl, ShardedEngineRefusesACpuEngineOnDeviceRows) {
+  auto comm = Single();
+  const std::vector<float> x0(8192, 0.5f);
+  EXPECT_THAT([&] { optex::ShardedEngine e(x0, optex::Sgd{.lr = 0.1}, {}, *comm, {}, true); },
               ThrowsMessage<std::invalid_argument>(AllOf(HasSubstr("device"), HasSubstr("cpu"))));
 }
 

@@ -193,6 +193,14 @@ TEST(ShardedEngine, RefusesOnEveryRankWhatItCannotRun) {
     EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
         [&] { (void)ShardedEngine(large, Adam{}, huge, comm, {}, true); },
         {"needs", "bytes", "available"}));
+    // A GPU engine with host rows: the exchanges would move rows that are not there.
+    Options on_gpu = ShardedOptions(2, 1);
+    on_gpu.device = Device::cuda(0);
+    EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+        [&] {
+          (void)ShardedEngine(UniformStart(kManyBlocksDim, 1), Adam{}, on_gpu, comm, {}, true);
+        },
+        {"device", "cuda:0"}));
     // Another dimension on one rank.
     const std::vector<float> x0 = UniformStart(comm.rank() == 0 ? kManyBlocksDim : 9000, 1);
     EXPECT_TRUE(ThrowsWith<std::invalid_argument>(

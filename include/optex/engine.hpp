@@ -198,6 +198,9 @@ class Engine {
   // default warm-up, or a held batch; section 2 of DESIGN.md).
   std::int64_t optimizer_step() const;
   const GradientHistory& history() const;
+  // The history's T0 x T0 statistics (which slots hold pairs, distances,
+  // norms, gradient inner products): always on the host, never a copy.
+  const HistoryGram& history_statistics() const;
   // The base optimizer of the first range (of every coordinate, unless the
   // engine was given ranges).
   const Optimizer& optimizer() const { return optimizer_.front(); }

@@ -24,7 +24,9 @@
 // The layout, the failures (fail(), OnFailure) and the timeouts are those of
 // DistributedEngine; DistributedOptions means the same. A rank owns whole
 // blocks of 4096 coordinates (shard_of), so d must have at least W blocks.
-// The CPU only for now (host communicators: in-process and MPI).
+// Devices: a CPU engine with a host communicator (in-process, MPI), or a CUDA
+// engine with a NCCL communicator on its GPU (data_parallel = 1): the rows
+// move where they live.
 #pragma once
 
 #include <cstddef>
@@ -77,8 +79,8 @@ class ShardedEngine {
  public:
   // Collective. Rank 0's x0 is the start (broadcast; others may pass any
   // vector of the same size). Throws std::invalid_argument on every rank for
-  // what DistributedEngine refuses, for Proxy::target, for a device or a
-  // communicator with device rows (not available yet), for a dimension with
+  // what DistributedEngine refuses, for Proxy::target, for a communicator
+  // whose rows live elsewhere than the engine, for a dimension with
   // fewer than W blocks of 4096, and when this configuration needs more
   // memory on some rank than it has available (naming the rank, the bytes
   // needed and available), before anything of size d is allocated. Prints
