@@ -1,8 +1,10 @@
 // Communication between the ranks of a distributed OptEx run.
 //
-// Every rank computes the same proxy trajectory from the same history, so only
-// the N true gradients and losses travel, plus a few scalars (DESIGN.md
-// section 3). This is the whole interface a backend implements:
+// With replicated state every rank computes the same proxy trajectory, so only
+// the N true gradients and losses travel, plus a few scalars; with sharded
+// state the slices of points and gradients travel all-to-all and the GP's
+// sums as a few doubles (DESIGN.md section 3). This is the whole interface a
+// backend implements:
 //
 //   in-process  InProcessWorld: W ranks as W threads of one process (tests,
 //               a single machine without MPI).
