@@ -254,20 +254,6 @@ int main(int argc, char** argv) {
          << (k + 1 < comm_rows.size() ? "," : "") << "\n";
   }
   json << "  ]\n}\n";
-  try {
-    if (!markdown_path.empty()) {
-      optex_bench::OutputFile file("--markdown", markdown_path);
-      file.stream() << md.str();
-      file.finish();
-    }
-    if (!json_path.empty()) {
-      optex_bench::OutputFile file("--json", json_path);
-      file.stream() << json.str();
-      file.finish();
-    }
-  } catch (const std::runtime_error& e) {
-    std::fprintf(stderr, "distributed_scaling: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return optex_bench::write_results("distributed_scaling", markdown_path, md.str(), json_path,
+                                    json.str());
 }

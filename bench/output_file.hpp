@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -49,5 +50,26 @@ class OutputFile {
   std::ofstream file_;
   std::ostringstream text_;
 };
+
+// Writes `markdown` and `json` to the paths given (an empty path: nothing);
+// returns 0, or 1 after printing "<tool>: error: <why>" to stderr.
+inline int write_results(const char* tool, const std::string& markdown_path,
+                         const std::string& markdown, const std::string& json_path,
+                         const std::string& json) {
+  try {
+    const std::pair<const char*, const std::string*> outputs[] = {{"--markdown", &markdown_path},
+                                                                  {"--json", &json_path}};
+    for (const auto& [flag, path] : outputs) {
+      if (path->empty()) continue;
+      OutputFile file(flag, *path);
+      file.stream() << (path == &markdown_path ? markdown : json);
+      file.finish();
+    }
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    return 1;
+  }
+  return 0;
+}
 
 }  // namespace optex_bench

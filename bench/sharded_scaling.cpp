@@ -234,20 +234,6 @@ int main(int argc, char** argv) {
        << ", \"replicated_sent_bytes_per_round\": " << replicated_sent << "}\n}\n";
   if (world.rank() != 0) return 0;
   std::printf("%s", md.str().c_str());
-  try {
-    if (!markdown_path.empty()) {
-      optex_bench::OutputFile file("--markdown", markdown_path);
-      file.stream() << md.str();
-      file.finish();
-    }
-    if (!json_path.empty()) {
-      optex_bench::OutputFile file("--json", json_path);
-      file.stream() << json.str();
-      file.finish();
-    }
-  } catch (const std::runtime_error& e) {
-    std::fprintf(stderr, "sharded_scaling: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return optex_bench::write_results("sharded_scaling", markdown_path, md.str(), json_path,
+                                    json.str());
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -34,6 +35,14 @@
 namespace optex::test {
 
 inline constexpr std::size_t kDim = 40;
+
+// A file name in the test's temporary directory that every rank shares: rank
+// 0 draws it.
+inline std::string SharedTempPath(Communicator& comm, const std::string& prefix) {
+  std::uint64_t tag = std::random_device{}();
+  comm.broadcast(std::span<std::uint64_t>(&tag, 1), 0);
+  return ::testing::TempDir() + prefix + std::to_string(tag) + ".ckpt";
+}
 inline constexpr std::chrono::seconds kTestTimeout{30};
 
 // Evaluates every point of the batch the way the ranks of a hybrid layout with

@@ -92,11 +92,7 @@ TEST(DistributedMpi, PointsCoverTheBatch) {
 
 TEST(DistributedMpi, CheckpointResumes) {
   MpiCommunicator world;
-  // One file name for every rank: rank 0 draws it.
-  std::uint64_t tag = std::random_device{}();
-  world.broadcast(std::span<std::uint64_t>(&tag, 1), 0);
-  CheckCheckpointResumes(world,
-                         ::testing::TempDir() + "optex_mpi_" + std::to_string(tag) + ".ckpt");
+  CheckCheckpointResumes(world, SharedTempPath(world, "optex_mpi_"));
 }
 
 TEST(DistributedMpi, LocalMisuseThrowsWithoutCommunicating) {

@@ -3,7 +3,6 @@
 // and 4 ranks (3: uneven slices).
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 
 #include "optex/mpi_communicator.hpp"
@@ -35,10 +34,7 @@ TEST(ShardedMpi, RepeatsBitForBitOnEveryRank) {
 
 TEST(ShardedMpi, CheckpointsResumeBitForBitAndSurviveAFailedSave) {
   MpiCommunicator world;
-  std::uint64_t tag = std::random_device{}();
-  world.broadcast(std::span<std::uint64_t>(&tag, 1), 0);
-  CheckShardedCheckpoint(
-      world, ::testing::TempDir() + "optex_sharded_mpi_" + std::to_string(tag) + ".ckpt");
+  CheckShardedCheckpoint(world, SharedTempPath(world, "optex_sharded_mpi_"));
 }
 
 TEST(ShardedMpi, AFailedRowIsReportedToEveryRank) {
