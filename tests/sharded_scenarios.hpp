@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -73,10 +74,12 @@ inline double LargestRelativeDifference(std::span<const float> a, std::span<cons
 // `bit_for_bit` (W = 1, or one block per rank after the first), within
 // kShardedTolerance otherwise; the random seeds and the counters always agree
 // exactly, and every rank holds the same shared state (hash_interval = 1).
+// `options`: ShardedOptions(4, 31) unless given (the adaptive strategy, say).
 inline void CheckFollowsWholeEngine(Communicator& comm, std::size_t d, Optimizer optimizer,
-                                    bool bit_for_bit, int data_parallel = 1, int rounds = 50) {
+                                    bool bit_for_bit, int data_parallel = 1, int rounds = 50,
+                                    std::optional<Options> given = std::nullopt) {
   comm.set_timeout(kTestTimeout);
-  const Options options = ShardedOptions(4, 31);
+  const Options options = given.value_or(ShardedOptions(4, 31));
   const std::vector<float> x0 = UniformStart(d, 9);
   DistributedOptions dist;
   dist.data_parallel = data_parallel;

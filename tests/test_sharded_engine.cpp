@@ -82,6 +82,17 @@ TEST(ShardedEngine, HybridGroupsAverageTheirMinibatchesLikeOneProcess) {
   });
 }
 
+// The adaptive strategy's chain and its noise measurement (sums over
+// coordinates) on slices: the same splits, the same bits.
+TEST(ShardedEngine, AdaptiveStrategyFollowsTheWholeEngineBitForBit) {
+  Options adaptive = Options::adaptive(4);
+  adaptive.seed = 5;
+  adaptive.history = 12;
+  RunOnRanks(3, [&](Communicator& comm) {
+    CheckFollowsWholeEngine(comm, OneBlockPerRankDim(3), Adam{.lr = 0.02}, true, 1, 30, adaptive);
+  });
+}
+
 TEST(ShardedEngine, RepeatsBitForBitOnEveryRank) {
   RunOnRanks(3, [](Communicator& comm) { CheckRepeatsBitForBit(comm); });
 }
