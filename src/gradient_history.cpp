@@ -1,6 +1,7 @@
 #include "optex/gradient_history.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -63,6 +64,10 @@ void GradientHistory::push_all(std::span<const float* const> points,
   // Only the last capacity() pairs survive; the earlier ones still advance the
   // ring (and the version) as their pushes would have.
   const std::size_t skipped = n > capacity() ? n - capacity() : 0;
+  // On a slice the completion below is a collective that may throw: keep what
+  // the push overwrites, so that a failed push leaves the history as it was.
+  std::optional<Backup> backup;
+  if (sums != nullptr) backup.emplace(*this, n - skipped);
   std::vector<std::size_t> slots;
   std::vector<const float*> new_points;
   std::vector<const float*> new_gradients;
@@ -89,10 +94,33 @@ void GradientHistory::push_all(std::span<const float* const> points,
   double* inner = norms + pairs;
   streaming::squared_distances(pool, points_.data(), rows, dim_, new_points, distances, norms);
   streaming::inner_products(pool, gradients_.data(), rows, dim_, new_gradients, inner);
-  complete_sums(sums, scratch_);
+  try {
+    complete_sums(sums, scratch_);
+  } catch (...) {
+    if (backup) backup->restore(*this);
+    throw;
+  }
   // In push order: an entry between two new slots is set by both, the later last.
   for (std::size_t k = 0; k < pairs; ++k) {
     set_row(slots[k], distances + k * rows, norms[k], inner + k * rows);
+  }
+}
+
+GradientHistory::Backup::Backup(const GradientHistory& h, std::size_t pairs)
+    : gram(h), points(pairs * h.dim_), gradients(pairs * h.dim_) {
+  // The slots the next `pairs` pushes write, in order.
+  for (std::size_t k = 0, slot = h.next_slot(); k < pairs; ++k, slot = (slot + 1) % h.capacity()) {
+    slots.push_back(slot);
+    std::copy_n(h.points_.data() + slot * h.dim_, h.dim_, points.data() + k * h.dim_);
+    std::copy_n(h.gradients_.data() + slot * h.dim_, h.dim_, gradients.data() + k * h.dim_);
+  }
+}
+
+void GradientHistory::Backup::restore(GradientHistory& h) const {
+  static_cast<HistoryGram&>(h) = gram;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    std::copy_n(points.data() + k * h.dim_, h.dim_, h.points_.data() + slots[k] * h.dim_);
+    std::copy_n(gradients.data() + k * h.dim_, h.dim_, h.gradients_.data() + slots[k] * h.dim_);
   }
 }
 

@@ -60,6 +60,73 @@ TEST(SliceRanges, CutsEveryRangeToTheSliceKeepingItsHyperparameters) {
   EXPECT_TRUE(slice_ranges(OptimizerRanges(Adam{}), 4096, 100).covers_any_dimension());
 }
 
+// Sums that are already complete (one slice), failing at the call numbered
+// `fail_at` (counted from the last reset).
+class FailingSums final : public ShardSums {
+ public:
+  void sum(std::span<double>) override { count(); }
+  void all(std::span<char>) override { count(); }
+  void reset(int fail_at) {
+    calls_ = 0;
+    fail_at_ = fail_at;
+  }
+  int calls() const { return calls_; }
+
+ private:
+  void count() {
+    if (calls_++ == fail_at_) throw CommunicatorError("sums: simulated failure");
+  }
+  int calls_ = 0;
+  int fail_at_ = -1;
+};
+
+// A completion that fails anywhere in tell() (a peer that died) leaves the
+// slice engine exactly as it was: the retried tell() gives the same bits as a
+// twin that never failed.
+TEST(ShardedEngine, AFailedCompletionInTellChangesNothing) {
+  const std::size_t d = 2 * kCoordinateBlock + 5;
+  const std::vector<float> x0 = UniformStart(d, 3);
+  const Options options = ShardedOptions(3, 9);
+  FailingSums sums;
+  const CoordinateShard shard{d, 0, d, &sums};
+  Engine slice(x0, Adam{.lr = 0.02}, options, shard);
+  Engine twin(x0, Adam{.lr = 0.02}, options);
+  NoisyQuadratic f;
+  const auto evaluate = [&](Batch& b) {
+    for (int i = 0; i < b.size(); ++i)
+      b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i), b.seed(i));
+  };
+  for (int t = 0; t < 8; ++t) {
+    sums.reset(-1);
+    Batch& b = slice.ask();
+    evaluate(b);
+    sums.reset(-1);
+    slice.tell(b);  // count the completions of one tell
+    const int calls = sums.calls();
+    ASSERT_GT(calls, 2);
+    Batch& tb = twin.ask();
+    evaluate(tb);
+    twin.tell(tb);
+    ASSERT_TRUE(SameEngine(slice, twin)) << "round " << t;
+    // The next round: fail each completion of its tell once, then succeed.
+    sums.reset(-1);
+    Batch& next = slice.ask();
+    evaluate(next);
+    for (int k = 0; k < calls; ++k) {
+      sums.reset(k);
+      EXPECT_THROW(slice.tell(next), CommunicatorError) << "round " << t << ", completion " << k;
+      EXPECT_TRUE(slice.pending());
+      EXPECT_EQ(slice.iteration(), twin.iteration());
+    }
+    sums.reset(-1);
+    slice.tell(next);
+    Batch& tnext = twin.ask();
+    evaluate(tnext);
+    twin.tell(tnext);
+    ASSERT_TRUE(SameEngine(slice, twin)) << "round " << t << " after the failures";
+  }
+}
+
 TEST(ShardedEngine, FollowsTheWholeEngineBitForBitWithOneBlockPerRank) {
   for (int w : {1, 2, 3, 4}) {
     RunOnRanks(w, [&](Communicator& comm) {

@@ -37,7 +37,7 @@ class GradientHistory : public HistoryGram {
   // capacity() overwrite earlier ones as successive pushes would. With
   // `sums`, this history holds one slice of the coordinates: the new rows'
   // statistics are completed across the slices (coordinate_shard.hpp) by one
-  // call.
+  // call; if that call throws, the history is left as it was.
   void push_all(std::span<const float* const> points, std::span<const float* const> gradients,
                 const BlockPool& pool = BlockPool::serial(), ShardSums* sums = nullptr);
 
@@ -61,6 +61,17 @@ class GradientHistory : public HistoryGram {
 
  private:
   friend struct SnapshotAccess;  // takes and restores every member (engine_snapshot.cpp)
+
+  // What a push on a slice overwrites, to put back when completing its sums
+  // across the slices fails.
+  struct Backup {
+    Backup(const GradientHistory& h, std::size_t pairs);
+    void restore(GradientHistory& h) const;
+    HistoryGram gram;
+    std::vector<std::size_t> slots;
+    std::vector<float> points;
+    std::vector<float> gradients;
+  };
 
   std::size_t dim_;
   std::vector<float> points_;
