@@ -643,15 +643,16 @@ class OptEx(torch.optim.Optimizer):
         rows = torch.from_dlpack(engine.device_grads())
         seeds = engine.seeds
 
-        # This process's points, and where their gradients and losses go: alone,
-        # straight into the engine's rows; under torch.distributed, into buffers
-        # that the ranks then exchange.
+        # This process's points (`block`, the rows `mine`), and where their gradients
+        # and losses go: alone, straight into the engine's rows; under
+        # torch.distributed, into buffers that the ranks then exchange.
         ranks = self._ranks()
         if ranks is None:
-            mine, grads_local = range(n), rows
+            mine, block, grads_local = range(n), points, rows
             losses_local = torch.zeros(n, dtype=torch.float64)
         else:
             mine, width = ranks.points(n), ranks.width(n)
+            block = points[mine.start:mine.stop]
             grads_local = self._scratch_tensor("grads_local", (width, d), torch.float32, ranks.device)
             losses_local = ranks.losses_buffer(width)
         batched = isinstance(closure, BatchedClosure) and closure.vectorize
@@ -661,7 +662,7 @@ class OptEx(torch.optim.Optimizer):
                    if self._buffer_tensors is not None and not batched else None)
         try:
             results, got_gradient, failure = self._evaluate(
-                closure, batched, points, seeds, mine, grads_local, losses_local, ranks, buffers)
+                closure, batched, block, seeds, mine, grads_local, losses_local, ranks, buffers)
             if ranks is None:
                 losses = losses_local
             else:
@@ -695,7 +696,8 @@ class OptEx(torch.optim.Optimizer):
                   mine: range, grads_local: torch.Tensor, losses_local: torch.Tensor,
                   ranks: Ranks | None, buffers: CommittedBuffers | None
                   ) -> tuple[dict[int, Any], list[bool], BaseException | None]:
-        """Evaluates the closure at this process's points ``mine`` into ``grads_local``
+        """Evaluates the closure at this process's points ``mine`` (``points[k]`` is row
+        ``mine[k]``, whole) into ``grads_local``
         and ``losses_local``; returns (the closure's values by row, per trainable
         parameter whether any call gave it a gradient, the error a closure raised
         under torch.distributed, which the gather reports to every rank). The
@@ -723,7 +725,7 @@ class OptEx(torch.optim.Optimizer):
                     return results, got_gradient, error
                 return results, [True] * len(layout.params), None
             for k, i in enumerate(mine):
-                point = points[i] if scratch_point is None else scratch_point.copy_(points[i])
+                point = points[k] if scratch_point is None else scratch_point.copy_(points[k])
                 out = grads_local[k] if scratch_grad is None else scratch_grad
                 self._current_point, self._current_seed = i, int(seeds[i])
                 if buffers is not None:
