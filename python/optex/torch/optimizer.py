@@ -427,8 +427,10 @@ class OptEx(torch.optim.Optimizer):
     @property
     def engine(self) -> _Engine | None:
         """The underlying ``optex.OptEx`` engine (None before the first step), for
-        inspection (``iteration``, ``lengthscale``, ``options``...). Calling its
-        ``ask``/``tell`` directly desynchronises this optimizer."""
+        inspection (``iteration``, ``lengthscale``, ``options``...); under
+        ``shard_state`` this rank's slice engine (its ``shard`` says which
+        coordinates). Calling its ``ask``/``tell`` directly desynchronises this
+        optimizer."""
         return self._engine
 
     @property
