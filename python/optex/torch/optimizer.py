@@ -266,10 +266,11 @@ class OptEx(torch.optim.Optimizer):
     as without sharding. Per round a rank sends its slice of the points other
     ranks evaluate, the slices of its rows' gradients that other ranks own,
     its slice of the iterate and some kB of sums, in N + 10 collectives (most
-    of a few bytes: the sums' all_gathers and the flags' all_reduces). The run follows the replicated one (``shard_state=False``)
-    within the C++ sharded engine's tolerance (the sums add the same values in
-    another order; tested: 1e-5 relative, measured 0 over 24 steps), and every
-    rank ends with the same parameters. The engine runs on the CPU (a
+    of a few bytes: the sums' all_gathers and the flags' all_reduces). The run
+    follows the replicated one (``shard_state=False``) within the C++ sharded
+    engine's tolerance (the sums add the same values in another order; tested:
+    1e-5 relative, measured 0 over 24 steps), and every rank ends with the same
+    parameters. The engine runs on the CPU (a
     ``device`` other than "cpu" is refused); the parameters may live
     anywhere. Refused with ValueError naming ``shard_state``: no initialised
     torch.distributed, ``distributed=False``, fewer trainable elements than
