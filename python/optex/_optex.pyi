@@ -2,7 +2,7 @@
 # here is re-exported by optex/__init__.py.
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, NotRequired, TypedDict, final
+from typing import Any, ClassVar, Literal, NotRequired, Protocol, TypedDict, final
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -31,6 +31,8 @@ __all__ = [
     "optimizer_classes",
     "plan",
     "point_range",
+    "shard_of",
+    "slice_ranges",
 ]
 
 __version__: str
@@ -397,6 +399,21 @@ class _StateArrays(TypedDict):
     history: NotRequired[_StateHistory]  # left out: an empty history
     round: _StateRound
 
+# Sharded state (shard.cpp): which slice of a d-vector is whose, and what a
+# slice engine (OptEx(..., shard=(dim, offset, sums))) completes its sums with.
+def shard_of(d: int, world: int, rank: int) -> tuple[int, int]: ...
+def slice_ranges(
+    optimizer: _Optimizer | _OptimizerRanges, dim: int, offset: int, size: int
+) -> _Optimizer | list[tuple[int, _Optimizer]] | list[tuple[int, _Optimizer, int]]: ...
+
+class _ShardSums(Protocol):
+    # In place: each value becomes its sum over every slice, added in slice order.
+    def sum(self, values: NDArray[np.float64], /) -> None: ...
+    # In place: each flag becomes 1 where it is nonzero on every slice, else 0.
+    def all(self, flags: NDArray[np.uint8], /) -> None: ...
+
+_Shard = tuple[int, int, _ShardSums]
+
 @final
 class OptEx:
     def __init__(
@@ -405,6 +422,7 @@ class OptEx:
         optimizer: _Optimizer | _OptimizerRanges | None = None,
         options: Options | None = None,
         *,
+        shard: _Shard | None = None,
         parallelism: int = ...,
         history: int = ...,
         kernel: _KernelName = ...,
@@ -448,12 +466,19 @@ class OptEx:
     def state_arrays(self, history: bool = True) -> _StateArrays: ...
     @staticmethod
     def from_state_arrays(
-        state: Mapping[str, Any], *, device: _DeviceName | None = None, history_precision: _PrecisionName | None = None
+        state: Mapping[str, Any],
+        *,
+        device: _DeviceName | None = None,
+        history_precision: _PrecisionName | None = None,
+        shard: _Shard | None = None,
     ) -> OptEx: ...
     @property
     def x(self) -> NDArray[np.float32]: ...
     @property
     def dim(self) -> int: ...
+    # (dim, offset, size): the coordinates of the whole vector this engine holds.
+    @property
+    def shard(self) -> tuple[int, int, int]: ...
     @property
     def parallelism(self) -> int: ...
     @property

@@ -40,6 +40,7 @@ void register_options(py::module_& m);          // Options
 void register_engine(py::module_& m);           // OptEx, IterationInfo
 void register_problems(py::module_& m);         // the optex.problems submodule
 void register_point_split(py::module_& m);      // point_range
+void register_shard(py::module_& m);            // shard_of, slice_ranges
 void register_plan(py::module_& m);             // plan, Plan, PlanCandidate
 
 }  // namespace optex::python

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -20,6 +21,7 @@
 #include "optex/magnitude_bound.hpp"
 #include "optimizers.hpp"
 #include "options.hpp"
+#include "shard.hpp"
 #include "state_arrays.hpp"
 
 namespace optex::python {
@@ -61,12 +63,16 @@ struct Info {
 };
 
 // The Python object's C++ side. The engine is never replaced for the object's
-// lifetime: the arrays ask() returns point into its batch.
+// lifetime: the arrays ask() returns point into its batch. A slice of a
+// sharded engine also owns the object that completes its sums (declared
+// first: it outlives the engine that points to it).
 class PyOptEx {
  public:
-  explicit PyOptEx(Engine engine) : engine_(std::move(engine)) {}
+  explicit PyOptEx(Engine engine, std::unique_ptr<PythonShardSums> sums = nullptr)
+      : sums_(std::move(sums)), engine_(std::move(engine)) {}
 
   Engine& engine() { return engine_; }
+  bool is_slice() const { return !engine_.shard().is_whole(); }
 
   // An Engine is not thread-safe, and ask(), tell(), save() and the gradient
   // oracle run with the GIL released: a second thread calling into the same
@@ -76,24 +82,48 @@ class PyOptEx {
     if (busy_) {
       throw std::runtime_error(std::string(what) +
                                ": this OptEx is busy in another call (ask, tell, save or the "
-                               "gradient oracle); an OptEx must not be used from two threads "
-                               "at once");
+                               "gradient oracle, or its shard's sums); an OptEx must not be "
+                               "used from two threads at once");
     }
+    if (!broken_.empty()) throw std::runtime_error(std::string(what) + ": " + broken_);
   }
 
+  // One call at a time. On a slice, a call that fails is also checked for
+  // what it left: every failure of a slice engine leaves it unchanged (a
+  // refused ask or tell), except a sums callback that raises while tell()
+  // writes the new pairs into the history, whose ring has then moved without
+  // its statistics. Such an engine refuses every further call, so that the
+  // half-written history is never used or saved.
   class Exclusive {
    public:
-    Exclusive(PyOptEx& owner, const char* what) : owner_(owner) {
+    Exclusive(PyOptEx& owner, const char* what)
+        : owner_(owner), exceptions_(std::uncaught_exceptions()) {
       owner_.check_idle(what);
       owner_.busy_ = true;
+      if (owner_.is_slice()) history_version_ = owner_.engine_.history().version();
     }
-    ~Exclusive() { owner_.busy_ = false; }
+    ~Exclusive() {
+      owner_.busy_ = false;
+      if (std::uncaught_exceptions() > exceptions_ && owner_.is_slice() &&
+          owner_.engine_.history().version() != history_version_) {
+        owner_.broken_ =
+            "this slice engine is unusable: its sums raised while tell() was writing iteration " +
+            std::to_string(owner_.engine_.iteration()) +
+            "'s pairs into the history, which is now half written; build the slices again from "
+            "a state saved before (state_arrays, from_state_arrays(..., shard=...))";
+      }
+    }
     Exclusive(const Exclusive&) = delete;
     Exclusive& operator=(const Exclusive&) = delete;
 
    private:
     PyOptEx& owner_;
+    int exceptions_;
+    std::uint64_t history_version_ = 0;
   };
+
+  // Why this slice refuses every call ("" while usable).
+  const std::string& broken() const { return broken_; }
 
   // Reads with the object idle.
   const Engine& idle_engine(const char* what) const {
@@ -102,8 +132,10 @@ class PyOptEx {
   }
 
  private:
+  std::unique_ptr<PythonShardSums> sums_;  // a slice's; nullptr for a whole engine
   Engine engine_;
   bool busy_ = false;
+  std::string broken_;  // why this slice refuses every call; "" while usable
 };
 
 constexpr const char* kTellHint = "; pass drop_nonfinite=True to let the engine drop such points";
@@ -163,6 +195,61 @@ GradientOracle python_oracle(py::object fn, std::size_t dim) {
   };
 }
 
+// The (N,) losses as float64 (float32 ones widened).
+std::vector<double> losses_from(const py::array& losses) {
+  std::vector<double> values(static_cast<std::size_t>(losses.size()));
+  if (is_float32(losses)) {
+    widen_to_float64(values_of<float>(losses), values);
+  } else {
+    const auto given = values_of<double>(losses);
+    std::copy(given.begin(), given.end(), values.begin());
+  }
+  return values;
+}
+
+// Commits the pending batch, whose gradient rows are written, with `losses`.
+// Unless drop_nonfinite, the engine's own check refuses rows that are not
+// finite or exceed the bound (on a slice the check is completed across the
+// slices, so every slice refuses alike), naming the points; `rows` says
+// where the rows came from. Runs without the GIL.
+Info commit_rows(Engine& engine, Batch& batch, std::span<const double> losses, bool drop_nonfinite,
+                 std::span<const CoordinateRange> unchanged, const std::string& rows) {
+  const std::vector<double> before(batch.losses().begin(), batch.losses().end());
+  std::copy(losses.begin(), losses.end(), batch.losses().begin());
+  if (!drop_nonfinite) {
+    const std::vector<int> bad = engine.nonfinite_points(batch);
+    if (!bad.empty()) {
+      std::copy(before.begin(), before.end(), batch.losses().begin());
+      std::string points;
+      for (const int i : bad) points += (points.empty() ? "" : ", ") + std::to_string(i);
+      throw std::invalid_argument("grads: the gradient rows of points " + points + rows +
+                                  " are not finite or exceed the magnitude bound " +
+                                  std::to_string(magnitude_bound(engine.shard().dim)) + kTellHint);
+    }
+  }
+  return Info(engine.tell(batch, unchanged));
+}
+
+// tell() on a slice of a sharded engine. Nothing but the losses (the same on
+// every slice) is refused here: a slice that refused a gradient alone would
+// leave the others waiting in the commit's sums. The rows go into the batch,
+// and commit_rows refuses them on every slice alike.
+Info tell_slice(Engine& engine, const py::array& grads, const py::array& losses,
+                bool drop_nonfinite, std::span<const CoordinateRange> unchanged) {
+  const std::vector<double> values = losses_from(losses);
+  if (!drop_nonfinite) require_finite(std::span<const double>(values), "losses", 0, kTellHint);
+  Batch& batch = engine.ask();  // the pending batch: no work
+  py::gil_scoped_release release;
+  const std::span<float> rows = batch.grads();
+  if (is_float32(grads)) {
+    const auto given = values_of<float>(grads);
+    std::copy(given.begin(), given.end(), rows.begin());
+  } else {
+    round_to_float32(values_of<double>(grads), rows, "grads", engine.dim(), false, kTellHint);
+  }
+  return commit_rows(engine, batch, values, drop_nonfinite, unchanged, "");
+}
+
 Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_nonfinite,
           py::handle unchanged_arg) {
   PyOptEx::Exclusive busy(self, "tell");
@@ -182,6 +269,7 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
   require_c_contiguous(losses, "losses");
   const std::vector<CoordinateRange> unchanged =
       coordinate_ranges_from_python(unchanged_arg, d, "unchanged");
+  if (self.is_slice()) return tell_slice(engine, grads, losses, drop_nonfinite, unchanged);
 
   const bool check = !drop_nonfinite;
   const float bound = magnitude_bound(d);
@@ -296,31 +384,12 @@ Info tell_device(PyOptEx& self, py::handle losses_arg, bool drop_nonfinite,
   require_c_contiguous(losses, "losses");
   const std::vector<CoordinateRange> unchanged =
       coordinate_ranges_from_python(unchanged_arg, engine.dim(), "unchanged");
-  std::vector<double> values(n);
-  if (is_float32(losses)) {
-    widen_to_float64(values_of<float>(losses), values);
-  } else {
-    const auto given = values_of<double>(losses);
-    std::copy(given.begin(), given.end(), values.begin());
-  }
+  const std::vector<double> values = losses_from(losses);
   if (!drop_nonfinite) require_finite(std::span<const double>(values), "losses", 0, kTellHint);
   Batch& batch = engine.ask();  // the pending batch: no work
   py::gil_scoped_release release;
-  const std::vector<double> before(batch.losses().begin(), batch.losses().end());
-  std::copy(values.begin(), values.end(), batch.losses().begin());
-  if (!drop_nonfinite) {
-    const std::vector<int> bad = engine.nonfinite_points(batch);
-    if (!bad.empty()) {
-      std::copy(before.begin(), before.end(), batch.losses().begin());
-      std::string rows;
-      for (const int i : bad) rows += (rows.empty() ? "" : ", ") + std::to_string(i);
-      throw std::invalid_argument("grads: the gradient rows of points " + rows +
-                                  " (written through device_grads()) are not finite or exceed "
-                                  "the magnitude bound " +
-                                  std::to_string(magnitude_bound(engine.dim())) + kTellHint);
-    }
-  }
-  return Info(engine.tell(batch, unchanged));
+  return commit_rows(engine, batch, values, drop_nonfinite, unchanged,
+                     " (written through device_grads())");
 }
 
 void register_info(py::module_& m) {
@@ -421,13 +490,36 @@ RuntimeError. The engine is unchanged after any error.
 Not thread-safe: call one method at a time (a concurrent call from another
 thread raises RuntimeError). ask(), tell(), save() and load() release the GIL
 while the engine works.
+
+One slice of a sharded engine (DESIGN.md section 3): with shard=(d, offset,
+sums), x0 is the slice [offset, offset + len(x0)) of a d-vector's start and
+the optimizer is sized for the slice (optex.slice_ranges cuts per-range
+hyperparameters to it; optex.shard_of(d, W, r) gives rank r's usual slice).
+The engine holds only its slice of the iterate, optimizer state and history:
+ask() gives the slices of the N points, tell() and tell_device() take the
+slices of the gradients and the N whole losses (the same on every slice).
+Every sum over all coordinates is a partial that sums completes:
+sums.sum(values) gets a float64 array and must replace each value, in place,
+by its sum over every slice added in slice order (the same bits on every
+slice); sums.all(flags) gets a uint8 array and must set each flag to 1 where
+it is nonzero on every slice, else 0. Both return None. They are
+collectives: ask(), tell() and tell_device() call them in the same order with
+the same sizes on every slice, and every slice must make the same calls.
+A gradient one slice refuses is refused on every slice, as its finiteness is
+completed the same way. An exception raised by sums propagates out of the
+call, which leaves the engine unchanged, except when it comes while tell()
+writes the history: that slice then refuses every further call (RuntimeError
+saying so). A sum that is not finite raises ValueError there; a return value
+other than None TypeError. proxy='target' (its oracle needs whole points) and
+devices other than the CPU are refused; save() is refused (use state_arrays()
+and from_state_arrays(state, shard=...)).
 )doc");
   exported_from(cls, "optex");
   // The signatures are written out in the docstrings: pybind11 would show the
   // array-like and optional arguments as `object`.
   py::options written_signatures;
   written_signatures.disable_function_signatures();
-  cls.def(py::init([](py::handle x0, py::handle optimizer, py::handle options,
+  cls.def(py::init([](py::handle x0, py::handle optimizer, py::handle options, py::handle shard_arg,
                       const py::kwargs& option_kwargs) {
             std::vector<float> start = start_point(x0);
             const OptimizerRanges opt = optimizer.is_none()
@@ -446,21 +538,30 @@ while the engine works.
               const auto name = key.cast<std::string>();
               if (!set_option_field(o, name, value)) {
                 throw py::type_error("OptEx() got an unexpected keyword argument '" + name +
-                                     "' (neither x0, optimizer, options nor a field of "
+                                     "' (neither x0, optimizer, options, shard nor a field of "
                                      "optex.Options)");
               }
             }
+            // Last among the checks: a TypeError for the sums before anything is built.
+            std::optional<ShardArgument> shard = shard_from_python(shard_arg, "shard");
             std::unique_ptr<PyOptEx> made;
             {
               py::gil_scoped_release release;
-              made = std::make_unique<PyOptEx>(Engine(start, opt, o));
+              if (shard) {
+                Engine slice(start, opt, o, shard->shard(start.size()));
+                made = std::make_unique<PyOptEx>(std::move(slice), std::move(shard->sums));
+              } else {
+                made = std::make_unique<PyOptEx>(Engine(start, opt, o));
+              }
             }
             return made;
           }),
           py::arg("x0"), py::arg("optimizer") = py::none(), py::arg("options") = py::none(),
+          py::kw_only(), py::arg("shard") = py::none(),
           "__init__(self, x0: ArrayLike, optimizer: Optimizer | Sequence[tuple[int, Optimizer]] | "
           "None = None, options: "
-          "Options | None = None, **option_kwargs) -> None\n\nSee the class documentation; "
+          "Options | None = None, *, shard: tuple[int, int, ShardSums] | None = None, "
+          "**option_kwargs) -> None\n\nSee the class documentation; "
           "option_kwargs are fields of optex.Options.");
 
   cls.def("ask", &ask, R"doc(ask(self) -> numpy.ndarray
@@ -600,6 +701,13 @@ it. ValueError outside [0, 1024], changing nothing.
       [](PyOptEx& self, py::handle path) {
         const std::string p = fspath(path);
         PyOptEx::Exclusive busy(self, "save");
+        if (self.is_slice()) {
+          // Engine::load would resume the file as a whole engine of the slice's size.
+          throw std::runtime_error(
+              "save: this engine is a slice of a sharded engine (shard=), which load() cannot "
+              "resume; keep its state_arrays() and resume it with from_state_arrays(state, "
+              "shard=...)");
+        }
         py::gil_scoped_release release;
         self.engine().save(p);
       },
@@ -613,7 +721,8 @@ symbolic link is followed (its target is replaced, the link kept); anything
 else that is not a regular file (a directory, fifo, device) is refused.
 Raises ValueError for an empty path or one with a NUL byte, RuntimeError
 between ask() and tell() and for a failed write (naming the path and the
-OS's reason; no temporary file is left behind).
+OS's reason; no temporary file is left behind), and for a slice
+(shard=), which load() could not resume as one: use state_arrays().
 )doc");
   cls.def_static(
       "load",
@@ -682,7 +791,7 @@ float64 (T0, T0) "squared_distances", (T0,) "squared_norms" and (T0, T0)
   cls.def_static(
       "from_state_arrays",
       [](py::handle state, const std::optional<std::string>& device,
-         const std::optional<std::string>& history_precision) {
+         const std::optional<std::string>& history_precision, py::handle shard_arg) {
         std::optional<Device> dev;
         if (device) dev = parse_device("device", *device);
         std::optional<Precision> precision;
@@ -691,12 +800,24 @@ float64 (T0, T0) "squared_distances", (T0,) "squared_norms" and (T0, T0)
         }
         EngineSnapshot snapshot = snapshot_from_arrays(state);
         const Optimizer kind = snapshot.optimizer.front();
+        std::optional<ShardArgument> shard = shard_from_python(shard_arg, "shard");
+        if (shard && (device || history_precision)) {
+          throw std::invalid_argument(
+              "shard: a slice resumes on the CPU with the history precision it was saved with; "
+              "pass neither device nor history_precision with shard");
+        }
         std::unique_ptr<PyOptEx> made;
         {
           py::gil_scoped_release release;
           try {
-            made = std::make_unique<PyOptEx>(
-                Engine::from_snapshot(std::move(snapshot), dev, precision));
+            if (shard) {
+              const std::size_t size = snapshot.iterate.size();
+              Engine slice = Engine::from_snapshot(std::move(snapshot), shard->shard(size));
+              made = std::make_unique<PyOptEx>(std::move(slice), std::move(shard->sums));
+            } else {
+              made = std::make_unique<PyOptEx>(
+                  Engine::from_snapshot(std::move(snapshot), dev, precision));
+            }
           } catch (const InvalidSnapshot& e) {
             // The key first, unless the message starts with it ("options: ...").
             const std::string key = state_key(e, kind);
@@ -708,8 +829,8 @@ float64 (T0, T0) "squared_distances", (T0,) "squared_norms" and (T0, T0)
         return made;
       },
       py::arg("state"), py::kw_only(), py::arg("device") = py::none(),
-      py::arg("history_precision") = py::none(),
-      R"doc(from_state_arrays(state: Mapping[str, Any], *, device: str | None = None, history_precision: str | None = None) -> OptEx
+      py::arg("history_precision") = py::none(), py::arg("shard") = py::none(),
+      R"doc(from_state_arrays(state: Mapping[str, Any], *, device: str | None = None, history_precision: str | None = None, shard: tuple[int, int, ShardSums] | None = None) -> OptEx
 
 An engine that continues the state OptEx.state_arrays() gave (bit for bit:
 the same points, seeds and commits from here on), on `device` with
@@ -727,6 +848,10 @@ or gradients above the magnitude bound, negative counters, a ring position
 out of range, slots the optimizer does not keep, ranges whose sizes do not
 add up to the dimension of x, a step offset beyond "step". Nothing is built
 then.
+
+shard=(dim, offset, sums) resumes the state of a slice (state_arrays() of an
+engine built with shard=) as that slice, on the CPU (neither device nor
+history_precision then): "x" holds its coordinates, which must fit in dim.
 )doc");
 
   cls.def_property_readonly(
@@ -734,7 +859,15 @@ then.
       "The current iterate: a float32 (d,) copy.");
   cls.def_property_readonly(
       "dim", [](const PyOptEx& self) { return self.idle_engine("dim").dim(); },
-      "d, the dimension of x.");
+      "d, the dimension of x (a slice's own coordinates for a slice).");
+  cls.def_property_readonly(
+      "shard",
+      [](const PyOptEx& self) {
+        const CoordinateShard& s = self.idle_engine("shard").shard();
+        return py::make_tuple(s.dim, s.offset, s.size);
+      },
+      "(dim, offset, size): the coordinates [offset, offset + size) of the whole vector of "
+      "dimension dim that this engine holds; (d, 0, d) for a whole engine.");
   cls.def_property_readonly(
       "parallelism",
       [](const PyOptEx& self) { return self.idle_engine("parallelism").options().parallelism; },
@@ -799,12 +932,17 @@ The gradient the proxy step from row i's point used (0 <= i < N-1), a float32
 without a pending ask().
 )doc");
   cls.def("__repr__", [](const PyOptEx& self) {
+    if (!self.broken().empty()) return py::str("OptEx(<unusable slice: {}>)").format(self.broken());
     const Engine& e = self.idle_engine("repr");
+    const CoordinateShard& s = e.shard();
+    const py::object shard = s.is_whole()
+                                 ? py::object(py::str(""))
+                                 : py::str(", shard=({}, {}, ...)").format(s.dim, s.offset);
     return py::str(
                "OptEx(dim={}, parallelism={}, iteration={}, pending={}, device={!r}, "
-               "optimizer={!r})")
+               "optimizer={!r}{})")
         .format(e.dim(), e.options().parallelism, e.iteration(), e.pending(), e.device().name(),
-                ranges_to_python(e.optimizer_ranges()));
+                ranges_to_python(e.optimizer_ranges()), shard);
   });
 }
 

@@ -37,6 +37,7 @@ PYBIND11_MODULE(_optex, m) {
   register_device_array(m);
   register_engine(m);
   register_point_split(m);
+  register_shard(m);
   register_plan(m);
   py::module_ problems = m.def_submodule("problems", "The shipped test problems.");
   register_problems(problems);

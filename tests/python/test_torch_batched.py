@@ -194,7 +194,7 @@ def test_rows_of_a_distributed_share_go_to_the_first_rows_of_the_buffers() -> No
     full_grads, full_losses = torch.empty(N, layout.dim), torch.empty(N, dtype=torch.float64)
     BatchedClosure(model, cross_entropy, data).evaluate_rows(layout, points, range(N), full_grads, full_losses)
     grads, losses = torch.zeros(3, layout.dim), torch.zeros(3, dtype=torch.float64)
-    results = BatchedClosure(model, cross_entropy, data).evaluate_rows(layout, points, range(2, 4), grads, losses)
+    results = BatchedClosure(model, cross_entropy, data).evaluate_rows(layout, points[2:4], range(2, 4), grads, losses)
     assert sorted(results) == [2, 3] and data.asked[-1] == [2, 3]
     torch.testing.assert_close(grads[:2], full_grads[2:], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(losses[:2], full_losses[2:], atol=1e-6, rtol=1e-6)

@@ -26,7 +26,8 @@ compiled engine ``optex.OptEx``, one concern per module: optimizer.py (the
 evaluation), batched.py (``BatchedClosure``: the N evaluations of a round in one
 vectorized call), hyperparameters.py, layout.py (the flat parameter vector),
 trainable.py (which parameters the engine optimizes), committed_buffers.py,
-checkpoint.py (``state_dict``), closure.py and exchange.py (torch.distributed).
+checkpoint.py (``state_dict``), closure.py and exchange.py (torch.distributed),
+sharded.py (``shard_state=True``: each rank keeps a slice of the state).
 """
 
 try:

@@ -222,10 +222,11 @@ class BatchedClosure:
 
     def evaluate_rows(self, layout: FlatLayout, points: torch.Tensor, rows: range,
                       grads_out: torch.Tensor, losses_out: torch.Tensor) -> dict[int, torch.Tensor]:
-        """Evaluates ``points[rows]`` (rows of the engine's (N, d) point matrix) in one
-        vectorized call; writes row ``rows[k]``'s gradient into ``grads_out[k]`` (float32)
-        and its loss into ``losses_out[k]`` (float64), and returns {row: its loss, a 0-dim
-        tensor}. Everything is checked and computed before anything is written."""
+        """Evaluates the points of batch ``rows`` (``points[k]`` is row ``rows[k]``, whole)
+        in one vectorized call; writes row ``rows[k]``'s gradient into ``grads_out[k]``
+        (float32) and its loss into ``losses_out[k]`` (float64), and returns {row: its
+        loss, a 0-dim tensor}. Everything is checked and computed before anything is
+        written."""
         if len(rows) == 0:
             return {}
         _check_vectorizable(self._model)
@@ -237,7 +238,7 @@ class BatchedClosure:
             batch = self._row_batches(list(rows))
             batch_dims = (0,) * len(batch)
         device = params[0].device
-        block = points[rows.start:rows.stop]
+        block = points[:len(rows)]
         if block.device != device:
             block = block.to(device)
         # Each parameter's slice of every row, as a view of the point matrix; the ones the

@@ -106,16 +106,15 @@ class Ranks:
         """Records in ``losses`` (a losses_buffer) that the closure raised at ``point``."""
         losses[-1] = 1.0 + point
 
-    def gather(self, grads: torch.Tensor, losses: torch.Tensor, rows: torch.Tensor,
-               failure: BaseException | None) -> torch.Tensor:
-        """All-gathers the ranks' losses (with the failure flag) and gradients; writes
-        the gradients into the engine's (N, d) ``rows`` in point order and returns the
-        (N,) float64 host losses. RuntimeError on every rank, naming the ranks and
-        points, when a closure raised anywhere (``failure``: this rank's error)."""
-        n, width = rows.shape[0], losses.shape[0] - 1
-        gathered_losses = [torch.empty_like(losses) for _ in range(self.world)]
-        dist.all_gather(gathered_losses, losses, group=self.group)
-        failed = [(r, int(t[width].item()) - 1) for r, t in enumerate(gathered_losses)
+    def gather_losses(self, losses: torch.Tensor, n: int, failure: BaseException | None) -> torch.Tensor:
+        """All-gathers the ranks' losses (a losses_buffer, with the failure flag) and
+        returns the (N,) float64 host losses in point order. RuntimeError on every
+        rank, naming the ranks and points, when a closure raised anywhere
+        (``failure``: this rank's error), before any gradient travels."""
+        width = losses.shape[0] - 1
+        gathered = [torch.empty_like(losses) for _ in range(self.world)]
+        dist.all_gather(gathered, losses, group=self.group)
+        failed = [(r, int(t[width].item()) - 1) for r, t in enumerate(gathered)
                   if t[width].item() != 0.0]
         if failed:
             where = ", ".join(f"rank {r} at point {i}" for r, i in failed)
@@ -124,11 +123,21 @@ class Ranks:
             if failure is not None:
                 raise RuntimeError(f"{message} (this rank: {type(failure).__name__}: {failure})") from failure
             raise RuntimeError(message)
-        gathered_grads = [torch.empty_like(grads) for _ in range(self.world)]
-        dist.all_gather(gathered_grads, grads, group=self.group)
         all_losses = torch.empty(n, dtype=torch.float64)
         for r in range(self.world):
             block = self.points(n, r)
+            all_losses[block.start:block.stop].copy_(gathered[r][:len(block)])
+        return all_losses
+
+    def gather(self, grads: torch.Tensor, losses: torch.Tensor, rows: torch.Tensor,
+               failure: BaseException | None) -> torch.Tensor:
+        """gather_losses, then all-gathers the ranks' gradients into the engine's
+        (N, d) ``rows`` in point order; returns the (N,) float64 host losses."""
+        n = rows.shape[0]
+        all_losses = self.gather_losses(losses, n, failure)
+        gathered_grads = [torch.empty_like(grads) for _ in range(self.world)]
+        dist.all_gather(gathered_grads, grads, group=self.group)
+        for r in range(self.world):
+            block = self.points(n, r)
             rows[block.start:block.stop].copy_(gathered_grads[r][:len(block)])
-            all_losses[block.start:block.stop].copy_(gathered_losses[r][:len(block)])
         return all_losses

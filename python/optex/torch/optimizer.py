@@ -28,6 +28,8 @@ from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
 from .committed_buffers import CommittedBuffers, buffers_of
 from .exchange import Ranks, distributed_available, distributed_enabled
 from .layout import FlatLayout
+from .sharded import OPTION as _SHARD_STATE
+from .sharded import Shards, check_options, slices
 from .trainable import (Shelf, StepOffsets, engine_optimizer, engine_ranges, merged_segments,
                         range_entries, rebuild_state, same_parameters, trainable_groups)
 
@@ -52,6 +54,25 @@ def _check_parameter(p: Any, where: str) -> None:
         )
     if p.is_sparse:
         raise ValueError(f"{where}: sparse tensors are not supported")
+
+
+def _check_shard_state(shard_state: Any, distributed: bool | None, device: Any) -> bool:
+    """``shard_state``, checked: ValueError naming it where it cannot work."""
+    if not isinstance(shard_state, bool):
+        raise ValueError(f"{_SHARD_STATE}: must be a bool, got {shard_state!r}")
+    if not shard_state:
+        return False
+    if distributed is False:
+        raise ValueError(f"{_SHARD_STATE}: True shares the state over the ranks of torch.distributed; "
+                         "it cannot be combined with distributed=False")
+    if not distributed_available():
+        raise ValueError(f"{_SHARD_STATE}: True needs an initialised torch.distributed "
+                         "(torch.distributed.init_process_group): each rank keeps one slice of the "
+                         "state")
+    if device is not None and str(device).split(":")[0] != "cpu":
+        raise ValueError(f"{_SHARD_STATE}: the sharded engine runs on the CPU (sharded state on a GPU "
+                         f"is not available yet); got device={str(device)!r}")
+    return True
 
 
 class OptEx(torch.optim.Optimizer):
@@ -224,6 +245,43 @@ class OptEx(torch.optim.Optimizer):
     points itself (e.g. when the closure's backward already all-reduces, as
     under DistributedDataParallel).
 
+    **Sharded state.** ``shard_state=True`` (under torch.distributed; ZeRO /
+    FSDP-style sharding of the optimizer) keeps on each rank only its slice of
+    the engine's iterate, optimizer state and GP history: the flat parameter
+    vector (the order above) is cut into contiguous runs of whole blocks of
+    4096 coordinates, one run per rank in rank order (``optex.shard_of(d, W,
+    r)``), and rank r's engine (``optex.OptEx(..., shard=...)``) holds run r,
+    so the state's memory per rank is about 1/W of the replicated one's. Every
+    sum over all coordinates (the GP's distances and inner products, norms,
+    finiteness) is a partial completed across the ranks: an all_gather of the
+    float64 partials added in rank order on the CPU, so every rank computes
+    the same commit (all_reduce would add in an unspecified order). A round:
+    the engine gives the slices of the N points; one all_to_all gives each
+    rank the slices of its own rows (the split above), whole; each rank runs
+    the closure and its backward pass at its rows; the losses are
+    all-gathered; one all_to_all sends each slice of each gradient to the rank
+    that owns it (no rank holds more than its own rows' gradients whole); the
+    engine commits its slice; one all_gather of the new iterate's slices gives
+    every rank the whole iterate, which ``step`` writes into the parameters,
+    as without sharding. Per round a rank sends its slice of the points other
+    ranks evaluate, the slices of its rows' gradients that other ranks own,
+    its slice of the iterate and some kB of sums, in N + 10 collectives (most
+    of a few bytes: the sums' all_gathers and the flags' all_reduces). The run
+    follows the replicated one (``shard_state=False``) within the C++ sharded
+    engine's tolerance (the sums add the same values in another order; tested:
+    1e-5 relative, measured 0 over 24 steps), and every rank ends with the same
+    parameters. The engine runs on the CPU (a
+    ``device`` other than "cpu" is refused); the parameters may live
+    anywhere. Refused with ValueError naming ``shard_state``: no initialised
+    torch.distributed, ``distributed=False``, fewer trainable elements than
+    W blocks of 4096 (some rank would hold nothing), ``proxy="target"``
+    (its oracle needs whole points), ranks that disagree on it, and a change
+    of the set of trainable parameters after the first step (the slices would
+    have to move between ranks). ``state_dict()`` raises RuntimeError after
+    the first step and ``load_state_dict`` refuses an optimizer state: a
+    checkpoint of sharded state is not available yet (refused rather than
+    written with one rank's slice only).
+
     **CUDA.** With parameters on a GPU and ``optex.built_with_cuda()``, the
     engine runs on that GPU, and ``step`` wraps the engine's own point and
     gradient rows with DLPack (``optex.OptEx.device_points`` /
@@ -275,6 +333,7 @@ class OptEx(torch.optim.Optimizer):
         buffers: Any = None,
         distributed: bool | None = None,
         process_group: Any = None,
+        shard_state: bool = False,
         **hyperparameters: Any,
     ) -> None:
         # The named hyperparameters (None: not given), then the other optimizers' ones.
@@ -325,8 +384,10 @@ class OptEx(torch.optim.Optimizer):
             )
         self._distributed_flag = distributed
         self._group = process_group
+        self._shard_state = _check_shard_state(shard_state, distributed, device)
 
         self._engine: _Engine | None = None
+        self._shards: Shards | None = None  # shard_state: this rank's slice and the exchanges
         self._iterate: torch.Tensor | None = None  # the committed iterate, float32, on the params' device
         self._layout: FlatLayout | None = None  # the engine's parameters
         self._ranges: list[tuple[int, Any, int]] = []  # the engine's hyperparameters
@@ -349,8 +410,14 @@ class OptEx(torch.optim.Optimizer):
             raise ValueError("params: the parameters have no elements")
         # Validates the options, the hyperparameters and the device now, with a
         # one-dimensional engine; the real one is created at the first step.
-        _Engine(np.zeros(1, np.float32), _hyper.make_optimizer(self._kind, self.param_groups[0], where=""),
-                _hyper.options_on(self._options, self._engine_device()))
+        first = _hyper.make_optimizer(self._kind, self.param_groups[0], where="")
+        on_device = _hyper.options_on(self._options, self._engine_device())
+        _Engine(np.zeros(1, np.float32), first, on_device)
+        if self._shard_state:
+            check_options(first, on_device)
+            trainable = sum(p.numel() for params in trainable_groups(self.param_groups) for p in params)
+            if trainable:  # checked again at the first step, when the set is final
+                slices(trainable, Ranks(self._group, self._param_device()).world)
         if seed is None and options is None:
             # Last, so that a refused construction leaves torch's generator alone.
             self._options.seed = int(torch.empty((), dtype=torch.int64).random_().item())
@@ -361,8 +428,10 @@ class OptEx(torch.optim.Optimizer):
     @property
     def engine(self) -> _Engine | None:
         """The underlying ``optex.OptEx`` engine (None before the first step), for
-        inspection (``iteration``, ``lengthscale``, ``options``...). Calling its
-        ``ask``/``tell`` directly desynchronises this optimizer."""
+        inspection (``iteration``, ``lengthscale``, ``options``...); under
+        ``shard_state`` this rank's slice engine (its ``shard`` says which
+        coordinates). Calling its ``ask``/``tell`` directly desynchronises this
+        optimizer."""
         return self._engine
 
     @property
@@ -462,7 +531,10 @@ class OptEx(torch.optim.Optimizer):
         return self._params()[0].device
 
     def _engine_device(self) -> str:
-        """The engine's device: the one asked for, else the parameters'."""
+        """The engine's device: the one asked for, else the parameters'; the CPU for
+        shard_state."""
+        if self._shard_state:
+            return "cpu"
         if self._device is not None:
             return self._device
         dev = self._param_device()
@@ -490,7 +562,7 @@ class OptEx(torch.optim.Optimizer):
 
     def _agree(self, ranks: Ranks, ranges: list[tuple[int, Any, int]],
                options: Options, dim: int) -> None:
-        ranks.agree(f"{ranges!r}|{_hyper.options_key(options)}|{dim}")
+        ranks.agree(f"{ranges!r}|{_hyper.options_key(options)}|{dim}|{_SHARD_STATE}={self._shard_state}")
 
     def _trainable_layout(self, groups: list[list[torch.Tensor]]) -> FlatLayout:
         if not any(p.numel() for params in groups for p in params):
@@ -516,7 +588,12 @@ class OptEx(torch.optim.Optimizer):
             self._agree(ranks, ranges, options, layout.dim)
             x0 = ranks.broadcast_start(x0)
             layout.write(x0)
-        self._engine = _Engine(x0.cpu().numpy(), engine_optimizer(ranges), options)
+        if self._shard_state:
+            assert ranks is not None  # shard_state needs torch.distributed (checked at construction)
+            self._shards = Shards(ranks, layout.dim)
+            self._engine = self._shards.engine(x0, ranges, options)
+        else:
+            self._engine = _Engine(x0.cpu().numpy(), engine_optimizer(ranges), options)
         self._options.seed = options.seed
         self._layout, self._ranges, self._iterate = layout, ranges, x0
 
@@ -541,26 +618,41 @@ class OptEx(torch.optim.Optimizer):
     def _follow_schedule(self, ranges: list[tuple[int, Any, int]]) -> None:
         """The groups' hyperparameters (an LR scheduler) or the step offsets changed
         since the last step: the engine takes them and keeps its state."""
-        assert self._engine is not None
+        assert self._engine is not None and self._layout is not None
         ranks = self._ranks()
         if ranks is not None:
-            self._agree(ranks, ranges, self._engine.options, self._engine.dim)
-        if [r[0] for r in ranges] != [r[0] for r in self._ranges]:
-            # Ranges split or merged (a parameter's step offset moved away from its
-            # neighbours'): set_optimizer keeps the ranges' sizes, so the engine is
-            # rebuilt from its whole state, history included, with the new ranges.
-            state = self._engine.state_arrays()
-            state["optimizer"] = range_entries(ranges)
-            self._engine = _Engine.from_state_arrays(state, device=self._engine_device())
-            self._ranges = ranges
-            return
+            self._agree(ranks, ranges, self._engine.options, self._layout.dim)
+        # The engine's own ranges: this rank's slice of them under shard_state.
+        shards = self._shards
+        mine = ranges if shards is None else shards.cut(ranges)
+        before = self._ranges if shards is None else shards.cut(self._ranges)
+        engine, refused = self._engine, None
         try:
-            self._engine.set_optimizer(engine_optimizer(ranges))
+            if [r[0] for r in mine] != [r[0] for r in before]:
+                # Ranges split or merged (a parameter's step offset moved away from its
+                # neighbours'): set_optimizer keeps the ranges' sizes, so the engine is
+                # rebuilt from its whole state, history included, with the new ranges.
+                state = engine.state_arrays()
+                state["optimizer"] = range_entries(mine)
+                engine = (_Engine.from_state_arrays(state, device=self._engine_device())
+                          if shards is None else shards.engine_from_state(state))
+            else:
+                engine.set_optimizer(engine_optimizer(mine))
         except ValueError as error:
+            refused = error
+        # Under shard_state each rank checked only its slice (and some ranks may have
+        # rebuilt while others did not): the ranks agree on the outcome, and where one
+        # refused, every rank keeps the values it had.
+        if shards is not None and shards.ranks.any_rank([refused is not None])[0] and refused is None:
+            if engine is self._engine:
+                engine.set_optimizer(engine_optimizer(before))
+            refused = ValueError("another rank's slice of the parameters refused them")
+        if refused is not None:
             raise ValueError(
                 f"step: the hyperparameters changed to {ranges!r}, which the running engine "
-                f"({self._engine.optimizer!r}) cannot take: {error}"
+                f"({self._engine.optimizer!r}) cannot take: {refused}"
             ) from None
+        self._engine = engine
         self._ranges = ranges
 
     def _prepare_engine(self) -> None:
@@ -576,6 +668,13 @@ class OptEx(torch.optim.Optimizer):
         trainable = {id(p) for params in groups for p in params}
         self._layout.check_holds(self._iterate, skip=lambda p: id(p) not in trainable)
         if not same_parameters(self._layout, groups):
+            if self._shards is not None:
+                raise ValueError(
+                    f"step: the set of trainable parameters changed since the first step "
+                    f"(add_param_group, requires_grad), which {_SHARD_STATE}=True does not support "
+                    "yet: its ranks' slices of the state would have to move; keep the set fixed, "
+                    "or construct a new optimizer"
+                )
             self._rebuild_engine(groups, optimizers)
         assert self._layout is not None
         ranges = engine_ranges(self._layout, optimizers, self._offsets)
@@ -624,11 +723,13 @@ class OptEx(torch.optim.Optimizer):
         self._prepare_engine()
         engine, layout = self._engine, self._layout
         assert engine is not None and layout is not None and self._iterate is not None
-        n, d = engine.parallelism, engine.dim
+        n, d = engine.parallelism, layout.dim
         dev = layout.device
+        shards = self._shards
 
         # The engine's own point and gradient rows, wrapped without a copy
-        # (DLPack): on a CUDA engine they stay in GPU memory.
+        # (DLPack): on a CUDA engine they stay in GPU memory. Under shard_state
+        # they are this rank's (N, size) slices.
         target = engine.options.proxy == "target"
         if target:
             run_seed = int(engine.options.seed)
@@ -643,15 +744,16 @@ class OptEx(torch.optim.Optimizer):
         rows = torch.from_dlpack(engine.device_grads())
         seeds = engine.seeds
 
-        # This process's points, and where their gradients and losses go: alone,
-        # straight into the engine's rows; under torch.distributed, into buffers
-        # that the ranks then exchange.
+        # This process's points (`block`, the rows `mine`), and where their gradients
+        # and losses go: alone, straight into the engine's rows; under
+        # torch.distributed, into buffers that the ranks then exchange.
         ranks = self._ranks()
         if ranks is None:
-            mine, grads_local = range(n), rows
+            mine, block, grads_local = range(n), points, rows
             losses_local = torch.zeros(n, dtype=torch.float64)
         else:
             mine, width = ranks.points(n), ranks.width(n)
+            block = points[mine.start:mine.stop] if shards is None else shards.whole_points(points, n)
             grads_local = self._scratch_tensor("grads_local", (width, d), torch.float32, ranks.device)
             losses_local = ranks.losses_buffer(width)
         batched = isinstance(closure, BatchedClosure) and closure.vectorize
@@ -661,20 +763,27 @@ class OptEx(torch.optim.Optimizer):
                    if self._buffer_tensors is not None and not batched else None)
         try:
             results, got_gradient, failure = self._evaluate(
-                closure, batched, points, seeds, mine, grads_local, losses_local, ranks, buffers)
+                closure, batched, block, seeds, mine, grads_local, losses_local, ranks, buffers)
             if ranks is None:
                 losses = losses_local
-            else:
+            elif shards is None:
                 losses = ranks.gather(grads_local, losses_local, rows, failure)
+            else:
+                losses = ranks.gather_losses(losses_local, n, failure)
+                shards.send_gradients(grads_local, rows, n)
+            if ranks is not None:
                 got_gradient = ranks.any_rank(got_gradient)
             if rows.device.type == "cuda":
                 torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
             # torch.optim skips a parameter without a gradient: the commit leaves its
             # value and state alone, and the round does not count among its steps.
             unused = [p for p, got in zip(layout.params, got_gradient) if not got]
+            unchanged = merged_segments(layout, [not got for got in got_gradient])
+            if shards is not None:
+                unchanged = shards.local_ranges(unchanged)
             steps_before = engine.optimizer_step
             info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite,
-                                      unchanged=merged_segments(layout, [not got for got in got_gradient]))
+                                      unchanged=unchanged)
         except BaseException:
             if buffers is not None:
                 buffers.restore_start()
@@ -684,7 +793,10 @@ class OptEx(torch.optim.Optimizer):
         self._iteration = int(engine.iteration)
 
         # A copy: the engine rewrites its iterate in place at the next commit.
-        self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
+        if shards is None:
+            self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
+        else:
+            self._iterate = shards.whole_iterate(torch.from_dlpack(engine.device_x())).to(dev)
         layout.write(self._iterate)
         committed = committed_rows(info.committed_point, info.point_evaluations)
         if buffers is not None:
@@ -695,7 +807,8 @@ class OptEx(torch.optim.Optimizer):
                   mine: range, grads_local: torch.Tensor, losses_local: torch.Tensor,
                   ranks: Ranks | None, buffers: CommittedBuffers | None
                   ) -> tuple[dict[int, Any], list[bool], BaseException | None]:
-        """Evaluates the closure at this process's points ``mine`` into ``grads_local``
+        """Evaluates the closure at this process's points ``mine`` (``points[k]`` is row
+        ``mine[k]``, whole) into ``grads_local``
         and ``losses_local``; returns (the closure's values by row, per trainable
         parameter whether any call gave it a gradient, the error a closure raised
         under torch.distributed, which the gather reports to every rank). The
@@ -723,7 +836,7 @@ class OptEx(torch.optim.Optimizer):
                     return results, got_gradient, error
                 return results, [True] * len(layout.params), None
             for k, i in enumerate(mine):
-                point = points[i] if scratch_point is None else scratch_point.copy_(points[i])
+                point = points[k] if scratch_point is None else scratch_point.copy_(points[k])
                 out = grads_local[k] if scratch_grad is None else scratch_grad
                 self._current_point, self._current_seed = i, int(seeds[i])
                 if buffers is not None:
@@ -801,6 +914,13 @@ class OptEx(torch.optim.Optimizer):
         result = super().state_dict()
         if self._engine is None:
             return result
+        if self._shards is not None:
+            raise RuntimeError(
+                f"state_dict: {_SHARD_STATE}=True: each rank holds only its slice of the "
+                "optimizer state and the history, and a state_dict of sharded state is not "
+                "available yet (it is refused rather than written incomplete); checkpoint the "
+                "model's parameters, or train with shard_state=False where a checkpoint is needed"
+            )
         if self._engine.pending:
             raise RuntimeError(
                 "state_dict: the last step failed mid-round and its round is still pending; "
@@ -833,6 +953,12 @@ class OptEx(torch.optim.Optimizer):
                     f"optex.torch.OptEx with optimizer={self._kind!r}"
                 )
         state = state_dict["state"]
+        if self._shard_state and (state or _checkpoint.is_optex_state(state_dict)):
+            raise ValueError(
+                f"state_dict: {_SHARD_STATE}=True cannot load an optimizer state yet (its ranks "
+                "would each need their slice of it); only a state saved before the first step "
+                "(without one) loads"
+            )
         if state and _CHECKPOINT_KEY in (state.get(0) or {} if isinstance(state, dict) else {}):
             self._load_engine_blob(state_dict)
             return
