@@ -85,45 +85,24 @@ class PyOptEx {
                                "gradient oracle, or its shard's sums); an OptEx must not be "
                                "used from two threads at once");
     }
-    if (!broken_.empty()) throw std::runtime_error(std::string(what) + ": " + broken_);
   }
 
-  // One call at a time. On a slice, a call that fails is also checked for
-  // what it left: every failure of a slice engine leaves it unchanged (a
-  // refused ask or tell), except a sums callback that raises while tell()
-  // writes the new pairs into the history, whose ring has then moved without
-  // its statistics. Such an engine refuses every further call, so that the
-  // half-written history is never used or saved.
+  // One call at a time. A call that fails leaves the engine unchanged, on a
+  // slice too: a history push keeps what it overwrites until its sums are
+  // complete (GradientHistory::push_all).
   class Exclusive {
    public:
-    Exclusive(PyOptEx& owner, const char* what)
-        : owner_(owner), exceptions_(std::uncaught_exceptions()) {
+    Exclusive(PyOptEx& owner, const char* what) : owner_(owner) {
       owner_.check_idle(what);
       owner_.busy_ = true;
-      if (owner_.is_slice()) history_version_ = owner_.engine_.history().version();
     }
-    ~Exclusive() {
-      owner_.busy_ = false;
-      if (std::uncaught_exceptions() > exceptions_ && owner_.is_slice() &&
-          owner_.engine_.history().version() != history_version_) {
-        owner_.broken_ =
-            "this slice engine is unusable: its sums raised while tell() was writing iteration " +
-            std::to_string(owner_.engine_.iteration()) +
-            "'s pairs into the history, which is now half written; build the slices again from "
-            "a state saved before (state_arrays, from_state_arrays(..., shard=...))";
-      }
-    }
+    ~Exclusive() { owner_.busy_ = false; }
     Exclusive(const Exclusive&) = delete;
     Exclusive& operator=(const Exclusive&) = delete;
 
    private:
     PyOptEx& owner_;
-    int exceptions_;
-    std::uint64_t history_version_ = 0;
   };
-
-  // Why this slice refuses every call ("" while usable).
-  const std::string& broken() const { return broken_; }
 
   // Reads with the object idle.
   const Engine& idle_engine(const char* what) const {
@@ -135,7 +114,6 @@ class PyOptEx {
   std::unique_ptr<PythonShardSums> sums_;  // a slice's; nullptr for a whole engine
   Engine engine_;
   bool busy_ = false;
-  std::string broken_;  // why this slice refuses every call; "" while usable
 };
 
 constexpr const char* kTellHint = "; pass drop_nonfinite=True to let the engine drop such points";
@@ -507,9 +485,7 @@ collectives: ask(), tell() and tell_device() call them in the same order with
 the same sizes on every slice, and every slice must make the same calls.
 A gradient one slice refuses is refused on every slice, as its finiteness is
 completed the same way. An exception raised by sums propagates out of the
-call, which leaves the engine unchanged, except when it comes while tell()
-writes the history: that slice then refuses every further call (RuntimeError
-saying so). A sum that is not finite raises ValueError there; a return value
+call, which leaves the engine unchanged. A sum that is not finite raises ValueError there; a return value
 other than None TypeError. proxy='target' (its oracle needs whole points) and
 devices other than the CPU are refused; save() is refused (use state_arrays()
 and from_state_arrays(state, shard=...)).
@@ -932,7 +908,6 @@ The gradient the proxy step from row i's point used (0 <= i < N-1), a float32
 without a pending ask().
 )doc");
   cls.def("__repr__", [](const PyOptEx& self) {
-    if (!self.broken().empty()) return py::str("OptEx(<unusable slice: {}>)").format(self.broken());
     const Engine& e = self.idle_engine("repr");
     const CoordinateShard& s = e.shard();
     const py::object shard = s.is_whole()
