@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip inst
 import optex  # noqa: E402
 import optex.torch  # noqa: E402
 from optex.torch import OptEx  # noqa: E402
+from torch_models import step_failing_on_rank_1  # noqa: E402
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -893,15 +894,7 @@ def _distributed_worker(rank: int, world: int, init_file: str, out_dir: str) -> 
         failure = ""
         for step in range(DISTRIBUTED_STEPS):
             if step == 2:
-                def failing():
-                    if rank == 1:
-                        raise OSError("rank 1 lost its data")
-                    return closure()
-
-                try:
-                    opt.step(failing)
-                except RuntimeError as error:
-                    failure = str(error)
+                failure = step_failing_on_rank_1(opt, closure, rank)
             record.clear()
             loss = opt.step(closure)
             evaluated.append([r[0] for r in record])

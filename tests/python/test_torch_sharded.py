@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); not installed here")
 
 from optex.torch import BatchedClosure, OptEx  # noqa: E402
-from torch_models import bits, flat  # noqa: E402
+from torch_models import bits, flat, step_failing_on_rank_1  # noqa: E402
 
 N = 3  # uneven over 2 ranks: rank 0 evaluates points 0 and 1, rank 1 point 2
 STEPS = 24
@@ -69,15 +69,7 @@ def train(shard_state: bool, rank: int) -> dict[str, Any]:
     trajectory, losses, failure = [], [], ""
     for step in range(STEPS):
         if step == FAILING_STEP:
-            def failing():
-                if rank == 1:
-                    raise OSError("rank 1 lost its data")
-                return closure()
-
-            try:
-                opt.step(failing)
-            except RuntimeError as error:
-                failure = str(error)
+            failure = step_failing_on_rank_1(opt, closure, rank)
         losses.append(opt.step(closure).item())
         schedule.step()
         trajectory.append(flat(model.parameters()))

@@ -58,3 +58,18 @@ def flat(params: Iterable[torch.Tensor]) -> torch.Tensor:
 
 def bits(t: torch.Tensor) -> bytes:
     return t.detach().cpu().contiguous().numpy().tobytes()
+
+
+def step_failing_on_rank_1(opt: Any, closure: Any, rank: int) -> str:
+    """One step whose closure raises on rank 1 only; the message every rank gets ("" if none)."""
+
+    def failing():
+        if rank == 1:
+            raise OSError("rank 1 lost its data")
+        return closure()
+
+    try:
+        opt.step(failing)
+    except RuntimeError as error:
+        return str(error)
+    return ""
