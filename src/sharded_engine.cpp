@@ -212,7 +212,7 @@ ShardedBatch& ShardedEngine::ask() {
     batch_.losses_[batch_.local(i)] = std::numeric_limits<double>::quiet_NaN();
   }
   const auto start = Clock::now();
-  for (int k = 0; k < points_of_group(0).count; ++k) send_points(k);
+  for (int k = 0; k < points_of_group(0).count; ++k) send_points(k, slices);
   stats_->seconds += std::chrono::duration<double>(Clock::now() - start).count();
   return batch_;
 }
@@ -225,7 +225,7 @@ void ShardedEngine::count_sent(std::span<const std::size_t> send_counts) {
   ++stats_->collectives;
 }
 
-void ShardedEngine::send_points(int k) {
+void ShardedEngine::send_points(int k, const Batch& slices) {
   // Rank s sends its slice of row k of every group to the group's ranks.
   const auto w = static_cast<std::size_t>(world_size());
   std::vector<std::size_t> send_counts(w), send_offsets(w), recv_counts(w), recv_offsets(w);
@@ -241,13 +241,12 @@ void ShardedEngine::send_points(int k) {
       recv_offsets[s] = static_cast<std::size_t>(k) * shard_.dim + shards_[s].offset;
     }
   }
-  Batch& slices = const_cast<Batch&>(engine_.ask());
   world_->all_to_all_floats(slices.device_points(), send_counts, send_offsets,
                             batch_.points_.data(), recv_counts, recv_offsets);
   count_sent(send_counts);
 }
 
-void ShardedEngine::send_gradients(int k) {
+void ShardedEngine::send_gradients(int k, Batch& slices) {
   // Each rank sends slice s of its row k's gradient to rank s; with D > 1
   // the D contributions of a group arrive side by side and are averaged in
   // rank order (data_parallel.hpp), as DistributedEngine does.
@@ -261,7 +260,6 @@ void ShardedEngine::send_gradients(int k) {
       send_offsets[r] = static_cast<std::size_t>(k) * shard_.dim + shards_[r].offset;
     }
   }
-  Batch& slices = const_cast<Batch&>(engine_.ask());
   float* grads = slices.device_grads();  // host rows on the CPU
   for (std::size_t r = 0; r < w; ++r) {
     const PointRange rows = points_of_group(static_cast<int>(r) / d);
@@ -321,9 +319,9 @@ const IterationInfo& ShardedEngine::tell(ShardedBatch& batch,
     failures_.clear();
     throw;
   }
-  Batch& slices = const_cast<Batch&>(engine_.ask());
+  Batch& slices = engine_.ask();  // pending: the round's batch
   for (int i = 0; i < slices.size(); ++i) slices.loss(i) = losses[static_cast<std::size_t>(i)];
-  for (int k = 0; k < points_of_group(0).count; ++k) send_gradients(k);
+  for (int k = 0; k < points_of_group(0).count; ++k) send_gradients(k, slices);
   stats_->seconds += std::chrono::duration<double>(Clock::now() - start).count();
   const std::vector<CoordinateRange> local = local_ranges(unchanged);
   const IterationInfo& info = engine_.tell(slices, local);

@@ -148,9 +148,10 @@ class ShardedEngine {
   void check_same_configuration();
   void check_same_state();
   // Rows k of every group: slices of points to their evaluators (ask), or
-  // of gradients to their owners (tell).
-  void send_points(int k);
-  void send_gradients(int k);
+  // of gradients to their owners (tell); `slices` is the slice engine's
+  // pending batch.
+  void send_points(int k, const Batch& slices);
+  void send_gradients(int k, Batch& slices);
   void count_sent(std::span<const std::size_t> send_counts);
   std::vector<CoordinateRange> local_ranges(std::span<const CoordinateRange> unchanged) const;
 

@@ -166,18 +166,24 @@ class Shards:
 
     # -- the round's exchanges --
 
+    def _rows(self, n: int) -> tuple[list[int], int]:
+        """How many of the round's n rows each rank evaluates, and this rank's count."""
+        counts = [len(self.ranks.points(n, q)) for q in range(self.ranks.world)]
+        return counts, counts[self.ranks.rank]
+
     def whole_points(self, points: torch.Tensor, n: int) -> torch.Tensor:
         """This rank's rows of the round, whole ((count, d) float32), from every rank's
         (N, size) slices ``points``: the slices of rank q's rows go to rank q. The rows
         of the ranks are contiguous and in rank order, so the send buffer is the slice
         matrix itself."""
         ranks, device = self.ranks, self.ranks.device
-        counts = [len(ranks.points(n, q)) for q in range(ranks.world)]
-        mine = counts[ranks.rank]
+        counts, mine = self._rows(n)
         send = points.reshape(-1).to(device)
         received = torch.empty(mine * self.dim, dtype=torch.float32, device=device)
-        dist.all_to_all_single(received, send, output_split_sizes=[mine * s for _, s in self.slices],
-                               input_split_sizes=[c * self.size for c in counts], group=ranks.group)
+        dist.all_to_all_single(received, send,
+                               output_split_sizes=[mine * s for _, s in self.slices],
+                               input_split_sizes=[c * self.size for c in counts],
+                               group=ranks.group)
         self.counter.add((n - mine) * self.size * 4)
         whole = torch.empty(mine, self.dim, dtype=torch.float32, device=device)
         start = 0
@@ -191,13 +197,15 @@ class Shards:
         ``grads``, whole) to the rank that owns it; this rank's slices of every rank's
         gradients arrive in the engine's (N, size) gradient ``rows``, in point order."""
         ranks, device = self.ranks, self.ranks.device
-        counts = [len(ranks.points(n, q)) for q in range(ranks.world)]
-        mine = counts[ranks.rank]
-        send = torch.cat([grads[:mine, offset:offset + size].reshape(-1) for offset, size in self.slices]).to(device)
+        counts, mine = self._rows(n)
+        send = torch.cat([grads[:mine, offset:offset + size].reshape(-1)
+                          for offset, size in self.slices]).to(device)
         flat = rows.reshape(-1)
         received = flat if flat.device == device else torch.empty_like(flat, device=device)
-        dist.all_to_all_single(received, send, output_split_sizes=[c * self.size for c in counts],
-                               input_split_sizes=[mine * s for _, s in self.slices], group=ranks.group)
+        dist.all_to_all_single(received, send,
+                               output_split_sizes=[c * self.size for c in counts],
+                               input_split_sizes=[mine * s for _, s in self.slices],
+                               group=ranks.group)
         self.counter.add((self.dim - self.size) * mine * 4)
         if received is not flat:
             flat.copy_(received)
