@@ -123,3 +123,47 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             f"\nOPTEX_REQUIRE_TORCH=1, but {len(_torch_skips)} test(s) skipped for lack of PyTorch: "
             + ", ".join(_torch_skips[:5])
         )
+
+
+# ---------------------------------------------------------------------------- GPU tests
+# A test marked gpu exercises the CUDA build: the engine on a device, its DLPack rows,
+# optex.torch on CUDA tensors. Without a GPU it skips and says why; with
+# OPTEX_REQUIRE_GPU=1 (as for the C++ GPU suites, and as tier 4 of
+# scripts/gpu-check.sh sets) the skip is a failure, so that a GPU run cannot pass by
+# skipping. `pytest -m gpu` selects them.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: exercises the CUDA build (pytest -m gpu; "
+                            "OPTEX_REQUIRE_GPU=1 turns their skips into failures)")
+
+
+def gpu_required() -> bool:
+    return os.environ.get("OPTEX_REQUIRE_GPU", "0") not in ("", "0")
+
+
+def skip_or_fail_without_gpu(why: str) -> None:
+    if gpu_required():
+        pytest.fail(f"{why}, but OPTEX_REQUIRE_GPU is set: a GPU run must not skip")
+    pytest.skip(f"{why}; set OPTEX_REQUIRE_GPU=1 to make this a failure")
+
+
+def require_optex_cuda() -> None:
+    """A CUDA device that this optex build can use."""
+    import optex
+
+    if optex.cuda_device_count() == 0:
+        skip_or_fail_without_gpu(f"no CUDA device (built_with_cuda={optex.built_with_cuda()}, "
+                                 f"devices={optex.cuda_device_count()})")
+
+
+def require_torch_cuda(*, optex_build: bool) -> None:
+    """A CUDA device that PyTorch sees, and with optex_build, this optex built with CUDA."""
+    import torch
+
+    import optex
+
+    if not torch.cuda.is_available():
+        skip_or_fail_without_gpu("no CUDA device visible to torch")
+    if optex_build and not optex.built_with_cuda():
+        skip_or_fail_without_gpu("this optex was built without CUDA")

@@ -192,6 +192,7 @@ def test_options_of_the_wrong_type() -> None:
         (dict(trust_region=2.0), "trust_region: not available on CUDA devices"),
     ],
 )
+@pytest.mark.gpu
 def test_what_the_cuda_engine_lacks_is_refused_naming_it(kwargs, message) -> None:
     # Refused on every machine, with or without a GPU: the options are checked first.
     with pytest.raises(ValueError, match=message):

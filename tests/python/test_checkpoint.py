@@ -119,6 +119,7 @@ def test_round_trip_with_several_evaluations_per_point(tmp_path: pathlib.Path) -
     assert rounds_of(restored, f, 10) == expected  # the adaptive split's state came along
 
 
+@pytest.mark.gpu
 def test_loading_onto_a_device_without_the_features_is_refused(tmp_path: pathlib.Path) -> None:
     opt, f = several_evaluations_run()
     rounds_of(opt, f, 3)

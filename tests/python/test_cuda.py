@@ -7,25 +7,19 @@ pass by skipping.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from conftest import float_hex, run_iterations
+from conftest import float_hex, require_optex_cuda, run_iterations
 
 import optex
 from optex import problems
 
+pytestmark = pytest.mark.gpu
+
 
 @pytest.fixture(autouse=True)
 def cuda_device() -> None:
-    if optex.cuda_device_count() > 0:
-        return
-    why = (f"no CUDA device (built_with_cuda={optex.built_with_cuda()}, "
-           f"devices={optex.cuda_device_count()})")
-    if os.environ.get("OPTEX_REQUIRE_GPU", "0") not in ("", "0"):
-        pytest.fail(f"{why}, but OPTEX_REQUIRE_GPU is set: a GPU run must not skip")
-    pytest.skip(f"{why}; set OPTEX_REQUIRE_GPU=1 to make this a failure")
+    require_optex_cuda()
 
 
 def test_ask_is_a_read_only_view_of_the_host_copy() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, gpu_required
 
 import optex
 from optex import problems
@@ -26,12 +26,15 @@ def test_exports() -> None:
         assert hasattr(problems, name), name
 
 
+@pytest.mark.gpu
 def test_cuda_queries() -> None:
     assert isinstance(optex.built_with_cuda(), bool)
     count = optex.cuda_device_count()
     assert isinstance(count, int) and count >= 0
     if not optex.built_with_cuda():
         assert count == 0
+    if gpu_required():  # a GPU run: this build must see the device
+        assert optex.built_with_cuda() and count > 0
 
 
 @pytest.mark.parametrize(

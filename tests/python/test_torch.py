@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip inst
 import optex  # noqa: E402
 import optex.torch  # noqa: E402
 from optex.torch import OptEx  # noqa: E402
+from conftest import require_torch_cuda  # noqa: E402
 from torch_models import step_failing_on_rank_1  # noqa: E402
 
 # ---------------------------------------------------------------------------- helpers
@@ -958,9 +959,9 @@ def _cuda_run(device_option: str | None):
     return opt
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device visible to torch")
-@pytest.mark.skipif(not optex.built_with_cuda(), reason="this optex was built without CUDA")
+@pytest.mark.gpu
 def test_cuda_parameters_run_the_engine_on_their_gpu() -> None:
+    require_torch_cuda(optex_build=True)
     opt = _cuda_run(None)
     assert opt.engine.options.device == f"cuda:{torch.cuda.current_device()}"
     # The engine's iterate is in GPU memory, wrapped without a copy.
@@ -969,8 +970,9 @@ def test_cuda_parameters_run_the_engine_on_their_gpu() -> None:
     assert bits(x) == opt.engine.x.tobytes()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device visible to torch")
+@pytest.mark.gpu
 def test_cuda_parameters_with_a_host_engine() -> None:
+    require_torch_cuda(optex_build=False)
     opt = _cuda_run("cpu")
     assert opt.engine.options.device == "cpu"
 

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="optex.torch needs PyTorch (pip install torch); not installed here")
 
+from conftest import require_torch_cuda  # noqa: E402
 from optex.torch import BatchedClosure, OptEx  # noqa: E402
 from optex.torch.layout import FlatLayout  # noqa: E402
 
@@ -139,6 +140,25 @@ def test_the_batched_step_follows_the_sequential_closures_trajectory(name, per_r
     if per_row:
         # One call per round, for all N rows.
         assert data.asked == [list(range(N))] * ROUNDS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(MODELS))
+def test_on_cuda_tensors_the_batched_step_follows_the_sequential_closures_trajectory(name) -> None:
+    # The round a GPU user runs: model, data and engine on the GPU, the N rows in one
+    # vectorized call, against the ordinary closure on the same GPU.
+    require_torch_cuda(optex_build=True)
+    make, features = MODELS[name]
+    host = row_data(features)
+    data = RowData(host.x.cuda(), host.y.cuda())
+    batched = run(make().cuda(), data, batched=True)
+    sequential = run(make().cuda(), RowData(data.x, data.y), batched=False)
+    assert_same_trajectory(batched, sequential)
+    opt = batched[2]
+    assert opt.engine.options.device == f"cuda:{torch.cuda.current_device()}"
+    assert batched[0][-1].device.type == "cuda"
+    assert (batched[0][-1] - flat(make().cuda())).abs().max() > MOVED
+    assert data.asked == [list(range(N))] * ROUNDS
 
 
 def test_evaluations_per_point_two() -> None:
