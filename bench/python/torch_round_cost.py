@@ -1,6 +1,7 @@
-"""The cost of one optex.torch.OptEx round against one torch.optim.Adam step, on CPU.
+"""The cost of one optex.torch.OptEx round against one torch.optim.Adam step, on CPU or a GPU.
 
     PYTHONPATH=python python bench/python/torch_round_cost.py --threads 1 --output round-cost.md
+    python bench/python/torch_round_cost.py --device cuda --output cuda.md --output cuda.json
 
 Models (``--models``), on scikit-learn's bundled digits (digits.py's training split,
 pixels in [0, 1]), cross-entropy loss:
@@ -44,8 +45,14 @@ engine's CPU work then runs on the calling thread, so the thread clock holds all
 of it, and other processes on the machine disturb the measurement less; with more
 threads, the thread clock misses torch's worker threads).
 
-The table is printed; ``--output`` also writes it as Markdown (``.md``) or the
-numbers as JSON (``.json``).
+``--device cuda`` puts the models, the minibatches and so the engine on the current GPU
+(an optex built with CUDA runs its engine there; ``engine_only`` then feeds it device rows
+through DLPack); each timed window then ends with ``torch.cuda.synchronize()``, so the
+wall clock holds the device's work, while the thread clock holds only the host's share
+(launches, the engine's host side).
+
+The table is printed; ``--output`` (repeatable) also writes it as Markdown (``.md``) or
+the numbers as JSON (``.json``).
 """
 
 from __future__ import annotations
@@ -84,34 +91,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=4, help="N, the evaluations of a round")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per minibatch")
     parser.add_argument("--seed", type=int, default=0, help="model initialisation and minibatches")
-    parser.add_argument("--output", help="also write the results: a .md (table) or .json (numbers) path")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the models, data and engine live (default cpu)")
+    parser.add_argument("--output", action="append", default=[],
+                        help="also write the results: a .md (table) or .json (numbers) path; repeatable")
     args = parser.parse_args(argv)
     for name in ("repetitions", "block", "threads", "parallelism", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0:
         parser.error("--warmup must be at least 0")
-    if args.output is not None and not args.output.endswith(OUTPUT_SUFFIXES):
-        parser.error(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}, got {args.output!r}")
+    for output in args.output:
+        if not output.endswith(OUTPUT_SUFFIXES):
+            parser.error(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}, got {output!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here")
     return args
 
 
 # ---------------------------------------------------------------------------- models and data
 
 
-def make_model(name: str, seed: int) -> Any:
+def make_model(name: str, seed: int, device: str = "cpu") -> Any:
     import torch
 
     torch.manual_seed(seed)
     nn = torch.nn
     if name == "mlp":
-        return nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10))
+        return nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 10)).to(device)
     return nn.Sequential(
         nn.Unflatten(1, (1, 8, 8)),
         nn.Conv2d(1, 16, 3), nn.ReLU(),
         nn.Conv2d(16, 32, 3), nn.ReLU(),
         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 2 * 2, 10),
-    )
+    ).to(device)
 
 
 def cross_entropy(model: Any, x: Any, y: Any) -> Any:
@@ -150,8 +166,8 @@ def batch_pool(args: argparse.Namespace, rounds: int = 16) -> tuple[Any, Any]:
     x_train, y_train, _, _ = load_split()
     rng = np.random.default_rng(args.seed)
     rows = rng.integers(0, len(y_train), size=(rounds, args.parallelism, args.batch_size))
-    return (torch.tensor(x_train[rows], dtype=torch.float32),
-            torch.tensor(y_train[rows], dtype=torch.int64))
+    return (torch.tensor(x_train[rows], dtype=torch.float32, device=args.device),
+            torch.tensor(y_train[rows], dtype=torch.int64, device=args.device))
 
 
 # ---------------------------------------------------------------------------- cases
@@ -167,7 +183,7 @@ def make_cases(model_name: str, args: argparse.Namespace) -> tuple[dict[str, Cal
 
     x, y = batch_pool(args)
 
-    adam_model = make_model(model_name, args.seed)
+    adam_model = make_model(model_name, args.seed, args.device)
     adam = torch.optim.Adam(adam_model.parameters(), lr=1e-3)
     adam_batches = RoundBatches(x, y)
 
@@ -177,7 +193,7 @@ def make_cases(model_name: str, args: argparse.Namespace) -> tuple[dict[str, Cal
         cross_entropy(adam_model, *adam_batches.row(0)).backward()
         adam.step()
 
-    sequential_model = make_model(model_name, args.seed)
+    sequential_model = make_model(model_name, args.seed, args.device)
     sequential = optex.torch.OptEx(sequential_model.parameters(), lr=1e-3, parallelism=args.parallelism,
                                    seed=args.seed)
     sequential_batches = RoundBatches(x, y)
@@ -192,7 +208,7 @@ def make_cases(model_name: str, args: argparse.Namespace) -> tuple[dict[str, Cal
         sequential_batches.next_round()
         sequential.step(closure)
 
-    batched_model = make_model(model_name, args.seed)
+    batched_model = make_model(model_name, args.seed, args.device)
     batched = optex.torch.OptEx(batched_model.parameters(), lr=1e-3, parallelism=args.parallelism,
                                 seed=args.seed)
     batched_batches = RoundBatches(x, y)
@@ -203,19 +219,32 @@ def make_cases(model_name: str, args: argparse.Namespace) -> tuple[dict[str, Cal
         batched.step(batched_closure)
 
     d = sum(p.numel() for p in batched_model.parameters())
-    engine = optex.OptEx(np.zeros(d, np.float32), optex.Adam(lr=1e-3), parallelism=args.parallelism,
-                         seed=args.seed)
     minimum = np.random.default_rng(args.seed).normal(size=d).astype(np.float32)
+    if args.device == "cuda" and optex.built_with_cuda():
+        # The engine on the GPU, fed device rows as optex.torch feeds it.
+        engine = optex.OptEx(np.zeros(d, np.float32), optex.Adam(lr=1e-3), parallelism=args.parallelism,
+                             seed=args.seed, device=f"cuda:{torch.cuda.current_device()}")
+        device_minimum = torch.from_numpy(minimum).cuda()
 
-    def engine_only() -> None:
-        points = np.asarray(engine.ask())
-        engine.tell(points - minimum, 0.5 * ((points - minimum) ** 2).sum(axis=1, dtype=np.float64))
+        def engine_only() -> None:
+            points = torch.from_dlpack(engine.device_points())
+            grads = torch.from_dlpack(engine.device_grads())
+            torch.sub(points, device_minimum, out=grads)
+            losses = 0.5 * (grads.double() ** 2).sum(dim=1)
+            engine.tell_device(losses.cpu().numpy())  # .cpu() synchronises the writes
+    else:
+        engine = optex.OptEx(np.zeros(d, np.float32), optex.Adam(lr=1e-3), parallelism=args.parallelism,
+                             seed=args.seed)
+
+        def engine_only() -> None:
+            points = np.asarray(engine.ask())
+            engine.tell(points - minimum, 0.5 * ((points - minimum) ** 2).sum(axis=1, dtype=np.float64))
 
     # evaluate_rows as step calls it, at N copies of the model's starting point.
     layout = FlatLayout([list(batched_model.parameters())])
     points = layout.flatten().repeat(args.parallelism, 1)
-    grads = torch.empty(args.parallelism, d)
-    losses = torch.empty(args.parallelism, dtype=torch.float64)
+    grads = torch.empty(args.parallelism, d, device=args.device)
+    losses = torch.empty(args.parallelism, dtype=torch.float64, device=args.device)
     evaluation_batches = RoundBatches(x, y)
     evaluation_closure = optex.torch.BatchedClosure(batched_model, cross_entropy, evaluation_batches)
 
@@ -223,7 +252,7 @@ def make_cases(model_name: str, args: argparse.Namespace) -> tuple[dict[str, Cal
         evaluation_batches.next_round()
         evaluation_closure.evaluate_rows(layout, points, range(args.parallelism), grads, losses)
 
-    stacked_model = make_model(model_name, args.seed)
+    stacked_model = make_model(model_name, args.seed, args.device)
     stacked_batches = RoundBatches(x, y)
     rows = list(range(args.parallelism))
 
@@ -243,12 +272,14 @@ CLOCKS = ("wall", "thread")
 
 
 def time_cases(operations: dict[str, Callable[[], None]], repetitions: int, block: int,
-               warmup: int) -> dict[str, dict[str, list[float]]]:
-    """{case: {clock: seconds of one operation, per repetition}} (see the module docstring)."""
+               warmup: int, synchronize: Callable[[], None] = lambda: None) -> dict[str, dict[str, list[float]]]:
+    """{case: {clock: seconds of one operation, per repetition}} (see the module docstring);
+    ``synchronize`` waits for the device's queued work (a no-op on the CPU)."""
     names = list(operations)
     for name in names:
         for _ in range(warmup):
             operations[name]()
+    synchronize()
     seconds: dict[str, dict[str, list[float]]] = {name: {clock: [] for clock in CLOCKS} for name in names}
     # As timeit: no garbage collection while timing, which would charge one case for
     # every case's garbage.
@@ -260,9 +291,11 @@ def time_cases(operations: dict[str, Callable[[], None]], repetitions: int, bloc
             for name in names[shift:] + names[:shift]:
                 operation = operations[name]
                 operation()
+                synchronize()
                 wall, thread = time.perf_counter(), time.thread_time()
                 for _ in range(block):
                     operation()
+                synchronize()
                 seconds[name]["thread"].append((time.thread_time() - thread) / block)
                 seconds[name]["wall"].append((time.perf_counter() - wall) / block)
     finally:
@@ -325,6 +358,12 @@ def goal_lines(results: list[CaseResult]) -> list[str]:
     return lines
 
 
+def device_description(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
 def document(args: argparse.Namespace, dims: dict[str, int], results: list[CaseResult]) -> dict[str, Any]:
     import torch
 
@@ -334,6 +373,7 @@ def document(args: argparse.Namespace, dims: dict[str, int], results: list[CaseR
         "date": today(),
         "machine": machine_description(),
         "torch": torch.__version__,
+        "device": device_description(args.device),
         "threads": args.threads,
         "repetitions": args.repetitions,
         "block": args.block,
@@ -352,7 +392,7 @@ def markdown(doc: dict[str, Any], results: list[CaseResult]) -> str:
     return "\n".join([
         f"# optex.torch round cost, {doc['date']}",
         "",
-        f"Machine: {doc['machine']}; torch {doc['torch']}, {doc['threads']} thread(s). "
+        f"Machine: {doc['machine']}; device: {doc['device']}; torch {doc['torch']}, {doc['threads']} thread(s). "
         f"N = {doc['parallelism']}, minibatches of {doc['batch_size']}, {dims}; "
         f"{doc['repetitions']} interleaved repetitions of blocks of {doc['block']} operations after "
         f"{doc['warmup']} warm-up runs per case.",
@@ -373,16 +413,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     results: list[CaseResult] = []
     dims: dict[str, int] = {}
+    synchronize = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     for model in args.models:
         operations, dims[model] = make_cases(model, args)
-        results += summarise(model, time_cases(operations, args.repetitions, args.block, args.warmup))
+        results += summarise(model, time_cases(operations, args.repetitions, args.block, args.warmup, synchronize))
     doc = document(args, dims, results)
     print(table(results))
     for line in goal_lines(results):
         print(line)
-    if args.output is not None:
-        with open(args.output, "w") as out:
-            if args.output.endswith(".json"):
+    for output in args.output:
+        with open(output, "w") as out:
+            if output.endswith(".json"):
                 json.dump(doc, out, indent=1)
                 out.write("\n")
             else:

@@ -60,3 +60,39 @@ def test_markdown_output_and_bad_arguments(tmp_path: Path) -> None:
         refused = run_benchmark(*bad)
         assert refused.returncode == 2, bad
         assert "must" in refused.stderr
+
+
+def test_every_output_is_written(tmp_path: Path) -> None:
+    table, numbers = tmp_path / "cost.md", tmp_path / "cost.json"
+    done = run_benchmark("--output", str(table), "--output", str(numbers), "--repetitions", "2")
+    assert done.returncode == 0, done.stderr
+    assert table.read_text().startswith("# optex.torch round cost")
+    doc = json.loads(numbers.read_text())
+    assert doc["device"] == "cpu" and doc["repetitions"] == 2
+
+
+def test_cuda_without_a_device_torch_sees_is_refused() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA device here")
+    refused = run_benchmark("--device", "cuda")
+    assert refused.returncode == 2
+    assert "--device cuda: torch sees no CUDA device here" in refused.stderr
+
+
+@pytest.mark.gpu
+def test_on_cuda_tensors_the_result_is_consistent(tmp_path: Path) -> None:
+    from conftest import require_torch_cuda
+
+    require_torch_cuda(optex_build=False)
+    import torch
+
+    out = tmp_path / "cost.json"
+    done = run_benchmark("--device", "cuda", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["device"] == torch.cuda.get_device_name()
+    results = {r["case"]: r for r in doc["results"]}
+    assert list(results) == CASES
+    assert all(0 < r["wall"]["median_us"] < math.inf for r in results.values())
