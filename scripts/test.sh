@@ -8,10 +8,15 @@
 #   4. the Python package: `pip install .[test,bench,torch]` into .venv (the wheel
 #      build with scikit-build-core; PyTorch from PyPI for optex.torch and for the
 #      tests that compare every optimizer with torch.optim), then pytest, bit for
-#      bit against the C++ engine through the reference program built in step 2.
+#      bit against the C++ engine through the reference program built in step 2,
+#   5. the GPU check's dry run (scripts/gpu-check.sh): its sequence here, offline,
+#      with the system's Eigen, GoogleTest, Benchmark and CLI11 hidden, so that the
+#      kit it prepared (.gpu-kit/, which ctest checks in step 2) is all a GPU
+#      machine needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+bash scripts/gpu-check.sh prepare
 jobs=$(nproc)
 
 echo "== clang-format"
@@ -30,7 +35,8 @@ fi
 echo "== Release, warnings as errors"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPTEX_WARNINGS_AS_ERRORS=ON "${cuda[@]}" >/dev/null
 cmake --build build -j"$jobs"
-ctest --test-dir build --output-on-failure -j"$jobs"
+# OPTEX_REQUIRE_GPU_KIT=1: the kit's check (gpu_check_kit) fails rather than skips.
+OPTEX_REQUIRE_GPU_KIT=1 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTEX_SANITIZE=ON \
@@ -38,7 +44,7 @@ cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPTEX_SANITIZE=
   -DOPTEX_WITH_CUDA=OFF -DOPTEX_WITH_NCCL=OFF >/dev/null
 cmake --build build-sanitize -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -LE install
+  ctest --test-dir build-sanitize --output-on-failure -j"$jobs" -LE 'install|kit'
 
 echo "== Python package: pip install .[test,bench,torch] into .venv, pytest"
 python_start=$SECONDS
@@ -59,3 +65,10 @@ OPTEX_REQUIRE_TORCH=1 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_
   OPTEX_BENCH="$PWD/build/bench/optex-bench" \
   .venv/bin/python -m pytest tests/python -q -p no:cacheprovider -rs
 echo "Python step: $((SECONDS - python_start)) s"
+
+echo "== GPU check: dry run (scripts/gpu-check.sh dry-run)"
+dry_run_start=$SECONDS
+# The test environment above, with its torch wheels' NCCL: the way a GPU machine's
+# PyTorch brings NCCL, and so the link path its run takes.
+OPTEX_GPU_CHECK_NCCL=wheel bash scripts/gpu-check.sh dry-run
+echo "GPU check dry run: $((SECONDS - dry_run_start)) s"
