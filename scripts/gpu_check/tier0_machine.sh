@@ -33,6 +33,7 @@ machine_report() {
   found "c++ compiler" "$(command -v c++ >/dev/null && first_line c++ --version)"
   found "cuBLAS/cuSOLVER" "$([ -n "$CUDA_ROOT" ] && { [ ${#CUDA_LIBRARY_ARGS[@]} -eq 0 ] && echo "toolkit ${CUDA_ROOT}" || echo "pip wheels (${CUDA_LIBRARY_ARGS[*]})"; })"
   found NCCL "${NCCL_ORIGIN:+${NCCL_ORIGIN}: ${NCCL_LIB} ($(grep -hE '^#define NCCL_(MAJOR|MINOR|PATCH) ' "${NCCL_INCLUDE}/nccl.h" 2>/dev/null | awk '{ printf "%s%s", sep, $3; sep = "." }'))}"
+  found "cuBLAS in loader's cache" "$(ldconfig -p 2>/dev/null | grep -o 'libcublas\.so\.[0-9]* ' | head -n 1)"
   found compute-sanitizer "$SANITIZER"
   found ncu "$(command -v ncu || true)"
   found "MPI (mpicxx, mpirun)" "${MPICXX:+${MPICXX}, ${MPIRUN}}"

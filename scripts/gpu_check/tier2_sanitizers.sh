@@ -20,7 +20,11 @@ tier2() {
     later=$((later - 1))
     IFS=';' read -r tool executable filter cap <<<"$entry"
     local step="${tool}: ${executable}"
-    [ "$filter" != "*" ] && step="${step} ($(($(tr -cd ':' <<<"$filter" | wc -c) + 1)) tests)"
+    if [[ "$filter" == *:* ]]; then
+      step="${step} ($(($(tr -cd ':' <<<"$filter" | wc -c) + 1)) tests)"
+    elif [ "$filter" != "*" ]; then
+      step="${step} ${filter}"
+    fi
     if [ "$GPU_COUNT" -eq 0 ]; then
       record 2 "$step" "skipped" - - - 0 "no GPU"
       continue

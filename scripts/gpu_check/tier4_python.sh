@@ -19,7 +19,10 @@ start_wheel_build() {
     --config-settings=cmake.define.OPTEX_WITH_CUDA=ON
     "--config-settings=cmake.define.CMAKE_CUDA_COMPILER=${NVCC}"
     "--config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH}"
-    "--config-settings=cmake.define.Eigen3_DIR=${KIT_EIGEN}/share/eigen3/cmake")
+    "--config-settings=cmake.define.Eigen3_DIR=${KIT_EIGEN}/share/eigen3/cmake"
+    # The module finds the toolkit's cuBLAS/cuSOLVER where it was linked against them,
+    # also where the loader's cache does not list them (tier 0 says whether it does).
+    --config-settings=cmake.define.CMAKE_INSTALL_RPATH_USE_LINK_PATH=ON)
   # Eigen3_DIR rather than CMAKE_PREFIX_PATH, which scikit-build-core fills with the
   # Python environment's CMake packages (pybind11's among them).
   # shellcheck disable=SC2206
