@@ -51,8 +51,7 @@ if [ ${#unknown[@]} -gt 0 ]; then
     "(prepare.sh) or, if the GPU machine has it or the GPU build does not need it, to KIT_PROVIDER" \
     "in scripts/gpu_check/kit_layout.sh"
 fi
-echo "check: every find_package has a provider ($(grep -hoE 'find_(package|dependency)\([[:space:]]*[A-Za-z0-9_]+' \
-  "${cmake_files[@]}" | sed -E 's/.*\([[:space:]]*//' | sort -u | paste -sd ' ' -))"
+echo "check: every find_package has a provider ($(cmake_packages "${cmake_files[@]}" | paste -sd ' ' -))"
 
 # 3. The tree with the kit fits in a device call.
 if git rev-parse --git-dir >/dev/null 2>&1; then

@@ -60,10 +60,14 @@ kit_bytes() {
 
 # unknown_packages FILE...: the packages that find_package (or find_dependency) names
 # in these CMake files and KIT_PROVIDER does not list, one a line.
+# cmake_packages FILE...: every package they name, once each.
+cmake_packages() {
+  grep -hoE 'find_(package|dependency)\([[:space:]]*[A-Za-z0-9_]+' "$@" | sed -E 's/.*\([[:space:]]*//' | sort -u
+}
+
 unknown_packages() {
   local package
-  grep -hoE 'find_(package|dependency)\([[:space:]]*[A-Za-z0-9_]+' "$@" | sed -E 's/.*\([[:space:]]*//' |
-    sort -u | while read -r package; do
+  cmake_packages "$@" | while read -r package; do
     [ -n "${KIT_PROVIDER[$package]:-}" ] || echo "$package"
   done
 }
