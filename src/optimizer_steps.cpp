@@ -42,15 +42,13 @@ void update_coordinates(float* __restrict x, const float* __restrict g, float* _
 static_assert(kMaxStateSlots == 3, "update_coordinates spells out three slots");
 
 template <class O, unsigned... Layouts>
-void update_with_layout(unsigned layout, float* x, const float* g, OptimizerState& s,
+void update_with_layout(unsigned layout, float* x, const float* g, const StateSlotPointers& s,
                         std::size_t begin, std::size_t end, const typename O::Coefficients& c,
                         std::integer_sequence<unsigned, Layouts...>) {
-  float* s0 = s.slots[0].empty() ? nullptr : s.slots[0].data();
-  float* s1 = s.slots[1].empty() ? nullptr : s.slots[1].data();
-  float* s2 = s.slots[2].empty() ? nullptr : s.slots[2].data();
   const bool matched =
-      ((layout == Layouts ? (update_coordinates<O, Layouts>(x, g, s0, s1, s2, begin, end, c), true)
-                          : false) ||
+      ((layout == Layouts
+            ? (update_coordinates<O, Layouts>(x, g, s[0], s[1], s[2], begin, end, c), true)
+            : false) ||
        ...);
   if (!matched) throw std::logic_error("apply_step: a state layout beyond kMaxStateSlots");
 }
@@ -59,7 +57,9 @@ void update_with_layout(unsigned layout, float* x, const float* g, OptimizerStat
 // each with the coefficients it had when the step began.
 template <class O>
 std::function<void(std::size_t, std::size_t)> range_updates(const OptimizerRanges& ranges,
-                                                            std::span<float> x, OptimizerState& s,
+                                                            std::span<float> x,
+                                                            const StateSlotPointers& s,
+                                                            unsigned layout, std::int64_t step,
                                                             std::span<const float> g) {
   struct Span {
     std::size_t begin, end;
@@ -71,19 +71,35 @@ std::function<void(std::size_t, std::size_t)> range_updates(const OptimizerRange
   for (const OptimizerRange& range : ranges.ranges()) {
     const std::size_t end = ranges.covers_any_dimension() ? x.size() : begin + range.size;
     spans.push_back(
-        {begin, end, std::get<O>(range.optimizer).coefficients(range.local_step(s.step))});
+        {begin, end, std::get<O>(range.optimizer).coefficients(range.local_step(step))});
     begin = end;
   }
-  return
-      [spans = std::move(spans), layout = s.used().bits, x, &s, g](std::size_t lo, std::size_t hi) {
-        for (const Span& sp : spans) {
-          const std::size_t b = std::max(sp.begin, lo);
-          const std::size_t e = std::min(sp.end, hi);
-          if (b >= e) continue;
-          update_with_layout<O>(layout, x.data(), g.data(), s, b, e, sp.c,
-                                std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
-        }
-      };
+  return [spans = std::move(spans), layout, x, s, g](std::size_t lo, std::size_t hi) {
+    for (const Span& sp : spans) {
+      const std::size_t b = std::max(sp.begin, lo);
+      const std::size_t e = std::min(sp.end, hi);
+      if (b >= e) continue;
+      update_with_layout<O>(layout, x.data(), g.data(), s, b, e, sp.c,
+                            std::make_integer_sequence<unsigned, 1u << kMaxStateSlots>{});
+    }
+  };
+}
+
+StateSlotPointers slot_pointers(OptimizerState& s) {
+  StateSlotPointers p{};
+  for (std::size_t j = 0; j < p.size(); ++j)
+    p[j] = s.slots[j].empty() ? nullptr : s.slots[j].data();
+  return p;
+}
+
+// The dimension the ranges cover: x's when they cover any, else their total.
+std::size_t ranges_dimension(const OptimizerRanges& ranges, std::span<float> x) {
+  if (ranges.covers_any_dimension()) return x.size();
+  const std::optional<std::size_t> total = total_size(ranges.ranges());
+  if (!total) {
+    throw std::invalid_argument("apply_step: the ranges' sizes add up to more than any dimension");
+  }
+  return *total;
 }
 
 void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState& s,
@@ -113,20 +129,35 @@ void check_sizes(std::size_t expected, std::span<float> x, const OptimizerState&
 StepInParts::StepInParts(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
                          std::span<const float> g)
     : state_(&s), dim_(x.size()) {
-  std::size_t dim = x.size();
-  if (!ranges.covers_any_dimension()) {
-    const std::optional<std::size_t> total = total_size(ranges.ranges());
-    if (!total) {
-      throw std::invalid_argument(
-          "apply_step: the ranges' sizes add up to more than any dimension");
-    }
-    dim = *total;
-  }
-  check_sizes(dim, x, s, g, ranges.state_slots());
+  check_sizes(ranges_dimension(ranges, x), x, s, g, ranges.state_slots());
   check_step_offsets(ranges, s.step);
   update_ = std::visit(
       [&](const auto& first) {
-        return range_updates<std::decay_t<decltype(first)>>(ranges, x, s, g);
+        return range_updates<std::decay_t<decltype(first)>>(ranges, x, slot_pointers(s),
+                                                            s.used().bits, s.step, g);
+      },
+      ranges.front());
+}
+
+StepInParts::StepInParts(const OptimizerRanges& ranges, std::span<float> x,
+                         const StateSlotPointers& slots, std::int64_t step,
+                         std::span<const float> g)
+    : state_(nullptr), dim_(x.size()) {
+  if (ranges_dimension(ranges, x) != x.size() || g.size() != x.size()) {
+    throw std::invalid_argument("apply_step: x has " + std::to_string(x.size()) + " and g " +
+                                std::to_string(g.size()) +
+                                " coordinates, not the ranges' dimension");
+  }
+  const StateSlots used = ranges.state_slots();
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    if (used.uses(j) != (slots[static_cast<std::size_t>(j)] != nullptr)) {
+      throw std::invalid_argument("apply_step: the state keeps other slots than the optimizer");
+    }
+  }
+  check_step_offsets(ranges, step);
+  update_ = std::visit(
+      [&](const auto& first) {
+        return range_updates<std::decay_t<decltype(first)>>(ranges, x, slots, used.bits, step, g);
       },
       ranges.front());
 }
@@ -136,7 +167,7 @@ void StepInParts::update(std::size_t begin, std::size_t end) const {
 }
 
 void StepInParts::finish() {
-  if (!finished_) ++state_->step;
+  if (!finished_ && state_ != nullptr) ++state_->step;
   finished_ = true;
 }
 

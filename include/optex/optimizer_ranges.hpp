@@ -12,6 +12,7 @@
 // whatever the dimension: Engine(x0, optex::Adam{.lr = 1e-3}) is that.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -118,10 +119,17 @@ void apply_step(const OptimizerRanges& ranges, std::span<float> x, OptimizerStat
 // any thread, for disjoint parts; finish() advances s.step once. Updating
 // every coordinate once, in any parts and order, then finish(), equals
 // apply_step bit for bit. x, s and g must outlive it.
+// A state's slots as pointers to d floats each (nullptr where unused).
+using StateSlotPointers = std::array<float*, kMaxStateSlots>;
+
 class StepInParts {
  public:
   StepInParts(const OptimizerRanges& ranges, std::span<float> x, OptimizerState& s,
               std::span<const float> g);
+  // The same update of a state held as slot pointers at step count `step`;
+  // finish() leaves the count to the caller.
+  StepInParts(const OptimizerRanges& ranges, std::span<float> x, const StateSlotPointers& slots,
+              std::int64_t step, std::span<const float> g);
   void update(std::size_t begin, std::size_t end) const;
   void finish();
 
