@@ -1,10 +1,10 @@
-// What this build and this machine offer, and the CUDA backend's stand-in
+// What this build and this machine offer, and the CUDA primitives' stand-in
 // when optex is built without CUDA.
 #include "optex/device.hpp"
 
 #include <stdexcept>
 
-#include "optex/detail/engine_backend.hpp"
+#include "optex/detail/device_primitives.hpp"
 
 #if OPTEX_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -29,9 +29,8 @@ int cuda_device_count() {
 
 #if !OPTEX_HAVE_CUDA
 namespace detail {
-std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float>, const OptimizerRanges&,
-                                                 const Options& options, const CoordinateShard&) {
-  throw std::invalid_argument("device: " + options.device.name() +
+std::unique_ptr<DevicePrimitives> make_cuda_primitives(const Device& device) {
+  throw std::invalid_argument("device: " + device.name() +
                               " requested, but this build of optex has no CUDA backend "
                               "(configure with -DOPTEX_WITH_CUDA=ON on a machine with nvcc)");
 }

@@ -63,27 +63,12 @@ std::runtime_error nothing_to_commit(std::int64_t iteration) {
       "pending");
 }
 
-const Options& checked_for_device(const Options& o, const CoordinateShard& shard) {
+const Options& checked_options(const Options& o, const CoordinateShard& shard) {
   o.validate();
   if (!shard.is_whole() && o.proxy == Proxy::target) {
     throw std::invalid_argument(
         "proxy: Proxy::target needs the whole point for its oracle; a sharded engine holds a "
         "slice (use Proxy::gp or Proxy::last_gradient)");
-  }
-  if (!o.device.is_cuda()) return o;
-  // The device backend keeps one row per evaluation and computes neither the
-  // posterior variance nor distances yet.
-  const char* missing = o.evaluations_per_point > 1               ? "evaluations_per_point > 1"
-                        : o.strategy == Strategy::adaptive        ? "strategy adaptive"
-                        : std::isfinite(o.max_posterior_variance) ? "max_posterior_variance"
-                        : std::isfinite(o.trust_region)           ? "trust_region"
-                                                                  : nullptr;
-  if (missing) {
-    throw std::invalid_argument(std::string(missing) + ": not available on CUDA devices yet (got " +
-                                o.device.name() +
-                                "); use the CPU, or Strategy::fixed with one "
-                                "evaluation per point and no posterior-variance or trust-region "
-                                "safeguard");
   }
   return o;
 }
@@ -103,7 +88,7 @@ Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options opt
 
 Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options,
                const CoordinateShard& shard)
-    : options_(checked_for_device(options, shard)),
+    : options_(checked_options(options, shard)),
       shard_(shard),
       optimizer_(starting_ranges(optimizer, x0, shard)),
       backend_(make_backend(x0, optimizer_, options_, shard_)),
@@ -164,8 +149,8 @@ const HistoryGram& Engine::history_statistics() const { return backend().gram();
 
 void Engine::refit_if_needed() {
   if (fitted_) return;
-  const HistoryGram& gram = backend().gram();
-  if (options_.proxy == Proxy::gp && options_.parallelism > 1 && gram.size() >= 2) {
+  if (options_.proxy == Proxy::gp && options_.parallelism > 1 && backend().history_size() >= 2) {
+    const HistoryGram& gram = backend().gram();
     if (iteration_ % options_.selection_interval == 0) {
       const double chosen = select_lengthscale(gram, options_, lengthscale_).lengthscale;
       // The guard against a selection that runs away (a diverging history
@@ -190,7 +175,9 @@ void Engine::plan_round(bool one_point) {
 }
 
 const char* Engine::safeguard_stop(Batch& chain, int i) {
-  if (variance_[static_cast<std::size_t>(i - 1)] > options_.max_posterior_variance) {
+  // Read during the chain only where a safeguard needs it (a wait on a device).
+  if (std::isfinite(options_.max_posterior_variance) &&
+      backend().posterior_variance(i - 1) > options_.max_posterior_variance) {
     return "posterior_variance";
   }
   if (std::isfinite(options_.trust_region) && last_step_norm_ > 0.0 &&
@@ -223,7 +210,7 @@ Batch& Engine::ask() {
 
     // Where the proxy gradients come from this iteration (the history does
     // not change within one).
-    const std::size_t h = backend().gram().size();
+    const std::size_t h = backend().history_size();
     const bool reference_warmup = options_.warmup == Warmup::zero_gradient;
     ProxySource source = ProxySource::gp;
     if (options_.proxy == Proxy::target) {
@@ -264,17 +251,21 @@ Batch& Engine::ask() {
     for (int i = 1; i < points; ++i) {
       chain.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
       backend().proxy_step(chain, i, source, oracle);
-      if (source == ProxySource::gp) {
-        variance_[static_cast<std::size_t>(i - 1)] = backend().posterior_variance();
-      }
       if (const char* stop = safeguard_stop(chain, i); *stop) {
         cut_chain(chain, i);
         chain_stop_ = stop;
         break;
       }
     }
-    if (!backend().finish_batch(chain)) hold_batch(chain);
-    if (&chain != &batch_) detail::expand_points(chain, plan_, batch_);
+    if (backend().finish_batch(chain)) {
+      // The variances are on the host now; a safeguard may have read some before.
+      for (std::size_t p = 0; p < variance_.size(); ++p) {
+        variance_[p] = backend().posterior_variance(static_cast<int>(p));
+      }
+    } else {
+      hold_batch(chain);
+    }
+    if (&chain != &batch_) backend().expand_points(chain, plan_, batch_);
   } catch (...) {
     rng_.set_state(saved_rng);
     lengthscale_ = saved_lengthscale;
@@ -375,9 +366,19 @@ const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<co
   }
   const std::vector<double> losses_before = batch_.losses_;
   if (!own_losses) std::copy(losses.begin(), losses.end(), batch_.losses_.begin());
+  // On a device the commit uploads the staged rows over the device rows: those
+  // are kept too, so that a refused call leaves them as they were.
+  const detail::DeviceRows* device_rows = detail::BatchAccess::device_rows(batch_);
+  if (device_rows != nullptr) {
+    replaced_device_rows_.resize(n * d);
+    device_rows->download(batch_.device_grads(), replaced_device_rows_.data(), n * d);
+  }
   try {
     return commit(batch_, unchanged);
   } catch (...) {
+    if (device_rows != nullptr) {
+      device_rows->upload(replaced_device_rows_.data(), batch_.device_grads(), n * d);
+    }
     if (!own_rows) std::copy(replaced_rows_.begin(), replaced_rows_.end(), rows.begin());
     batch_.losses_ = losses_before;
     batch_.gradient_staged_ = staged_before;
@@ -414,15 +415,14 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
   // loss become the means of its admissible ones, written to the chain only.
   const bool with_chain = uses_chain();
   Batch& chain = with_chain ? chain_ : batch;
-  detail::Reduction reduction{std::numeric_limits<double>::quiet_NaN()};
+  double gradient_noise = std::numeric_limits<double>::quiet_NaN();
   if (with_chain) {
     backend().check_gradients(batch, admissible_rows_);
     for (int r = 0; r < batch.size(); ++r) {
       char& ok = admissible_rows_[static_cast<std::size_t>(r)];
       ok = ok && std::isfinite(batch.loss(r)) ? 1 : 0;
     }
-    reduction = detail::reduce_evaluations(batch, admissible_rows_, plan_, chain_, reduce_scratch_,
-                                           shard_.sums);
+    gradient_noise = backend().reduce_evaluations(batch, admissible_rows_, plan_, chain_);
   }
   const int n = chain.size();
   const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(n));
@@ -472,7 +472,7 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
   info.prediction_error = stats.prediction_error;
   info.prediction_error.resize(static_cast<std::size_t>(n),
                                std::numeric_limits<double>::quiet_NaN());
-  info.gradient_noise = reduction.gradient_noise;
+  info.gradient_noise = gradient_noise;
   info.chain_stop = chain_stop_;
 
   ++iteration_;
@@ -484,7 +484,13 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
   fitted_ = false;
   info.iteration = iteration_;
   info.evaluations = evaluations_;
-  info.iterate = backend().iterate_if_host();
+  const std::span<const float> host = backend().iterate_if_host();
+  if (!host.empty()) {
+    info.iterate = IterateView(host);
+  } else {
+    detail::EngineBackend* b = backend_.get();
+    info.iterate = IterateView([b] { return b->iterate(); }, backend().dim());
+  }
   info_ = std::move(info);
   return info_;
 }

@@ -459,11 +459,6 @@ TEST(PointEvaluationsBadInput, EveryBadOptionIsRefusedByName) {
     EXPECT_TRUE(
         ThrowsWith<std::invalid_argument>([&] { Engine(x0, Adam{}, c.options); }, {c.expected}));
   }
-  // What the CUDA backend lacks is refused there by name, before any device is touched.
-  Options on_gpu = With(4, 2);
-  on_gpu.device = Device::cuda(0);
-  EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
-      [&] { Engine(x0, Adam{}, on_gpu); }, {"evaluations_per_point > 1: not available on CUDA"}));
 }
 
 // A tell that cannot commit (every evaluation of every point non-finite)

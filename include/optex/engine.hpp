@@ -259,10 +259,10 @@ class Engine {
   std::vector<int> plan_;         // evaluations per point this round (P entries, sum N)
   std::vector<double> variance_;  // posterior variance per point this round
   const char* chain_stop_ = "";
-  std::vector<char> admissible_rows_;   // per row: finite loss and gradient within the bound
-  std::vector<double> reduce_scratch_;  // d doubles for the mean of a point's evaluations
-  std::vector<char> finite_;            // per point: may its pair enter the history?
-  std::vector<float> replaced_rows_;    // the flat tell()'s copy of the rows it replaces
+  std::vector<char> admissible_rows_;        // per row: finite loss and gradient within the bound
+  std::vector<char> finite_;                 // per point: may its pair enter the history?
+  std::vector<float> replaced_rows_;         // the flat tell()'s copy of the rows it replaces
+  std::vector<float> replaced_device_rows_;  // the device rows a flat tell() uploads over
   bool pending_ = false;
   bool fitted_ = false;  // estimator matches history_ and lengthscale_
   std::uint64_t id_;

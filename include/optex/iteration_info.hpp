@@ -2,11 +2,46 @@
 // as the return value of Engine::tell).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
 namespace optex {
+
+// The new iterate as IterationInfo reports it: the host's own vector on a CPU
+// engine; on a device engine a copy made on first use (one download, never
+// during the round itself). Reads as a std::span<const float>, valid until
+// the engine's next tell.
+class IterateView {
+ public:
+  IterateView() = default;
+  explicit IterateView(std::span<const float> host) : values_(host), known_(true) {}
+  IterateView(std::function<std::span<const float>()> copy, std::size_t size)
+      : copy_(std::move(copy)), size_(size) {}
+
+  std::span<const float> span() const {
+    if (!known_) {
+      values_ = copy_();
+      known_ = true;
+    }
+    return values_;
+  }
+  operator std::span<const float>() const { return span(); }  // NOLINT: reads as a span
+  std::size_t size() const { return known_ ? values_.size() : size_; }
+  bool empty() const { return size() == 0; }
+  const float* data() const { return span().data(); }
+  const float* begin() const { return span().data(); }
+  const float* end() const { return span().data() + span().size(); }
+  float operator[](std::size_t i) const { return span()[i]; }
+
+ private:
+  std::function<std::span<const float>()> copy_;
+  std::size_t size_ = 0;
+  mutable std::span<const float> values_;
+  mutable bool known_ = false;
+};
 
 struct IterationInfo {
   std::int64_t iteration = 0;    // iterations committed so far (1 after the first tell)
@@ -42,9 +77,9 @@ struct IterationInfo {
   // Why the proxy chain ended before its planned length: "" (it did not),
   // "posterior_variance" or "trust_region".
   const char* chain_stop = "";
-  // The new iterate, valid until the next tell; empty on a device engine
-  // (Engine::iterate() copies it from the device on request).
-  std::span<const float> iterate;
+  // The new iterate, valid until the next tell; on a device engine its first
+  // use copies it from the device (Engine::iterate()).
+  IterateView iterate;
 };
 
 }  // namespace optex

@@ -86,6 +86,8 @@ struct BatchAccess {
   // the host rows holding them.
   static std::span<const char> staged_gradients(const Batch& b) { return b.gradient_staged_; }
   static const float* host_grads(const Batch& b) { return b.grads_.data(); }
+  // The copier of a device batch's host views; nullptr for host rows.
+  static const DeviceRows* device_rows(const Batch& b) { return b.device_rows_; }
 };
 
 class EngineBackend {
@@ -104,7 +106,11 @@ class EngineBackend {
   virtual std::int64_t state_step() const = 0;
   virtual const GradientHistory& history() = 0;
   // The T0 x T0 statistics of the history; always on the host, never copies.
-  virtual const HistoryGram& gram() const = 0;
+  // Brings the statistics of pairs pushed by rounds that needed none up to
+  // date first (a wait on a device; see DeviceBackend::commit).
+  virtual const HistoryGram& gram() = 0;
+  // How many pairs the history holds, without bringing anything up to date.
+  virtual std::size_t history_size() const = 0;
   // The iterate as a span valid until the next commit, without copying: the
   // CPU backend's own vector; empty on a device.
   virtual std::span<const float> iterate_if_host() const = 0;
@@ -137,14 +143,24 @@ class EngineBackend {
   // this batch's proxy steps was not finite, a point left the magnitude bound
   // or the work state is not finite (the engine then holds the batch instead).
   virtual bool finish_batch(Batch& batch) = 0;
-  // The GP posterior variance (units of the prior) at the point of the last
-  // ProxySource::gp step; NaN where the backend does not compute it.
-  virtual double posterior_variance() const = 0;
+  // The GP posterior variance (units of the prior) at point `row` of this
+  // batch, whose step from it was a ProxySource::gp step (NaN otherwise).
+  // Known without a wait after finish_batch(); before it (a safeguard that
+  // needs it during the chain) a device waits for it.
+  virtual double posterior_variance(int row) = 0;
   // ||point i - point 0|| of the batch (a safeguard's question, during ask()).
   virtual double distance_from_iterate(Batch& batch, int i) = 0;
   // The engine cut the proxy chain short: the work state ask() left belongs
   // to no point of the batch any more, so stage_step() must replay.
   virtual void discard_work_state() = 0;
+  // Several evaluations per point (point_evaluations.hpp): the chain's points
+  // repeated as `evaluations` says into `rows`, with their predictions (zero
+  // after the last point); and back in tell(): each point's gradient and loss
+  // := the mean of its admissible rows, into the chain. Returns the gradient
+  // noise measured from points with two or more (NaN without any).
+  virtual void expand_points(Batch& chain, std::span<const int> evaluations, Batch& rows) = 0;
+  virtual double reduce_evaluations(Batch& rows, std::span<const char> admissible,
+                                    std::span<const int> evaluations, Batch& chain) = 0;
 
   // Uploads rows the caller wrote through host views, then sets finite[i] to
   // whether gradient row i is finite and within magnitude_bound(d).
@@ -169,15 +185,23 @@ class EngineBackend {
                              std::span<const char> predicted) = 0;
 };
 
-// The CPU backend. x0 is the shard's slice; every sum over coordinates is
+class DevicePrimitives;
+// The backend over a device's primitives (src/device_backend.cpp): the one
+// implementation. x0 is the shard's slice; every sum over coordinates is
 // completed through shard.sums when the slice is not the whole vector.
+std::unique_ptr<EngineBackend> make_device_backend(std::unique_ptr<DevicePrimitives> primitives,
+                                                   std::span<const float> x0,
+                                                   const OptimizerRanges& optimizer,
+                                                   const Options& options,
+                                                   const CoordinateShard& shard);
+// On the CPU's primitives (or a test's, see device_primitives.hpp).
 std::unique_ptr<EngineBackend> make_cpu_backend(std::span<const float> x0,
                                                 const OptimizerRanges& optimizer,
                                                 const Options& options,
                                                 const CoordinateShard& shard);
-// The CUDA backend on options.device; throws std::invalid_argument when optex
-// was built without CUDA or the device does not exist, std::runtime_error
-// when the history does not fit in device memory.
+// On CUDA's primitives on options.device; throws std::invalid_argument when
+// optex was built without CUDA or the device does not exist,
+// std::runtime_error when the history does not fit in device memory.
 std::unique_ptr<EngineBackend> make_cuda_backend(std::span<const float> x0,
                                                  const OptimizerRanges& optimizer,
                                                  const Options& options,

@@ -1,0 +1,242 @@
+// The CPU's device primitives: memory is host memory, every call runs at once
+// on the pool's threads (the streaming passes of streaming.hpp), the T0 x T0
+// algebra is Eigen's. fetch() has nothing to wait for.
+#include <Eigen/Cholesky>
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "optex/block_pool.hpp"
+#include "optex/detail/allocation.hpp"
+#include "optex/detail/device_primitives.hpp"
+#include "optex/streaming.hpp"
+
+namespace optex::detail {
+namespace {
+
+const float* fp32(StoredRows rows) {
+  if (rows.storage != Storage::fp32) {
+    throw std::logic_error("cpu primitives: bf16 storage is available on CUDA devices only");
+  }
+  return static_cast<const float*>(rows.data);
+}
+
+class CpuPrimitives final : public DevicePrimitives {
+ public:
+  explicit CpuPrimitives(int threads) : pool_(std::make_unique<BlockPool>(threads)) {}
+
+  Device device() const override { return Device::cpu(); }
+  bool host_memory() const override { return true; }
+  bool copies_cannot_fail() const override { return true; }
+  void set_threads(int threads) override { pool_ = std::make_unique<BlockPool>(threads); }
+
+  void check_memory(std::size_t bytes, std::size_t /*staging_bytes*/,
+                    const std::string& what) override {
+    // Host memory: the allocations themselves report what does not fit.
+    (void)checked_bytes(what, "the engine's rows", {bytes}, 1);
+  }
+  float* floats(std::size_t count) override { return allocate<float>(count); }
+  StoredRows rows(std::size_t count, Storage storage) override {
+    if (storage != Storage::fp32) (void)fp32({nullptr, storage});  // refuses bf16
+    return {allocate<float>(count), Storage::fp32};
+  }
+  double* doubles(std::size_t count) override { return allocate<double>(count); }
+  int* ints(std::size_t count) override { return allocate<int>(count); }
+
+  void put(const void* host, void* to, std::size_t bytes) override {
+    if (bytes > 0 && host != to) std::memcpy(to, host, bytes);
+  }
+  void copy(const float* from, float* to, std::size_t count) override {
+    if (from == to) return;
+    pool_->for_blocks(block_count(count), 2 * kCoordinateBlock * sizeof(float),
+                      [&](std::size_t first, std::size_t last) {
+                        const std::size_t begin = first * kCoordinateBlock;
+                        const std::size_t end = std::min(last * kCoordinateBlock, count);
+                        std::copy(from + begin, from + end, to + begin);
+                      });
+  }
+  void zero(float* to, std::size_t count) override { std::fill(to, to + count, 0.0f); }
+  void copy_stored(StoredRows from, StoredRows to, std::size_t count) override {
+    std::memcpy(to.data, from.data, count * storage_bytes(from.storage));
+  }
+  void store(const float* from, StoredRows to, std::size_t count) override {
+    copy(from, const_cast<float*>(fp32(to)), count);
+  }
+  void load(StoredRows from, float* to, std::size_t count) override { copy(fp32(from), to, count); }
+
+  void squared_distances(StoredRows rows, std::size_t nrows, std::size_t d,
+                         std::span<const StoredRows> queries, double* out, double* norms) override {
+    streaming::squared_distances(*pool_, fp32(rows), nrows, d, pointers(queries), out, norms);
+  }
+  void inner_products(StoredRows rows, std::size_t nrows, std::size_t d,
+                      std::span<const StoredRows> queries, double* out) override {
+    streaming::inner_products(*pool_, fp32(rows), nrows, d, pointers(queries), out);
+  }
+  void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override {
+    const streaming::PairStatistics s = streaming::pair_statistics(*pool_, a, b, d);
+    out[0] = s.aa;
+    out[1] = s.ab;
+    out[2] = s.bb;
+    out[3] = s.squared_distance;
+  }
+  void dot(const float* a, const float* b, std::size_t d, double* out) override {
+    *out = streaming::dot(*pool_, a, b, d);
+  }
+  void within_bound(const float* rows, std::size_t nrows, std::size_t d, float bound,
+                    int* flags) override {
+    for (std::size_t r = 0; r < nrows; ++r) {
+      flags[r] = streaming::all_within_bound(*pool_, rows + r * d, d, bound) ? 1 : 0;
+    }
+  }
+
+  void factor(const double* host, std::size_t n, int* info) override {
+    const auto size = static_cast<Eigen::Index>(n);
+    covariance_ = Eigen::Map<const Eigen::MatrixXd>(host, size, size);
+    cholesky_.compute(covariance_);
+    *info = cholesky_.info() == Eigen::Success ? 0 : 1;
+  }
+  void gp_weights(const double* squared_distances, std::size_t n, Covariance kernel,
+                  double inv_scaled_lengthscale, double* weights, double* variance,
+                  int* info) override {
+    if (static_cast<std::size_t>(solve_.size()) < n) solve_.resize(static_cast<Eigen::Index>(n));
+    kernel_.resize(n);
+    auto k = solve_.head(static_cast<Eigen::Index>(n));
+    for (std::size_t j = 0; j < n; ++j) {
+      kernel_[j] =
+          covariance_value(kernel, std::sqrt(squared_distances[j]) * inv_scaled_lengthscale);
+      k[static_cast<Eigen::Index>(j)] = kernel_[j];
+    }
+    cholesky_.solveInPlace(k);  // weights = (K + sigma^2 I)^-1 k(X, x)
+    double explained = 0.0;
+    for (std::size_t j = 0; j < n; ++j) {
+      weights[j] = k[static_cast<Eigen::Index>(j)];
+      explained += kernel_[j] * weights[j];
+    }
+    // Round-off may take it a hair below zero at a history point.
+    *variance = std::max(0.0, 1.0 - explained);
+    *info = 0;
+  }
+
+  void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state, const float* x_in,
+            float* x_out, const StepGradient& gradient, std::size_t d) override {
+    StateSlotPointers slots{};
+    std::copy(std::begin(state.slot), std::end(state.slot), slots.begin());
+    if (gradient.weights == nullptr) {
+      copy(x_in, x_out, d);
+      StepInParts update(ranges, {x_out, d}, slots, step, {gradient.row, d});
+      const std::size_t bytes_per_block =
+          (3 + 2 * static_cast<std::size_t>(ranges.state_slots().count())) * kCoordinateBlock *
+          sizeof(float);
+      pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
+        update.update(first * kCoordinateBlock, last * kCoordinateBlock);
+      });
+      return;
+    }
+    // One pass that, block by block, forms the weighted sum into `sum`, copies
+    // x_in and steps it: the same bits as weighted_sum, a copy and a step one
+    // after the other (DESIGN.md, "A round's passes").
+    const float* history = fp32(gradient.history);
+    const std::size_t rows = gradient.rows;
+    streaming::float_weights(gradient.weights, rows, float_weights_);
+    float* sum = gradient.sum;
+    if (sum == nullptr) {
+      sum_scratch_.resize(d);
+      sum = sum_scratch_.data();
+    }
+    StepInParts update(ranges, {x_out, d}, slots, step, {sum, d});
+    const std::size_t bytes_per_block =
+        (rows + 4 + 2 * static_cast<std::size_t>(ranges.state_slots().count())) * kCoordinateBlock *
+        sizeof(float);
+    pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
+      for (std::size_t b = first; b < last; ++b) {
+        const std::size_t lo = b * kCoordinateBlock;
+        const std::size_t hi = std::min(lo + kCoordinateBlock, d);
+        streaming::weighted_sum_range(history, rows, d, float_weights_.data(), lo, hi, sum);
+        if (x_in != x_out) std::copy(x_in + lo, x_in + hi, x_out + lo);
+        update.update(lo, hi);
+      }
+    });
+  }
+
+  void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
+                    double* sums) override {
+    mean_scratch_.assign(d, 0.0);
+    for (const int r : which) {
+      const float* g = rows + static_cast<std::size_t>(r) * d;
+      for (std::size_t j = 0; j < d; ++j) mean_scratch_[j] += g[j];
+    }
+    const auto used = static_cast<double>(which.size());
+    for (std::size_t j = 0; j < d; ++j) {
+      mean_scratch_[j] /= used;
+      mean[j] = static_cast<float>(mean_scratch_[j]);
+    }
+    if (sums == nullptr) return;
+    double spread = 0.0, mean_norm = 0.0;
+    for (std::size_t j = 0; j < d; ++j) mean_norm += mean_scratch_[j] * mean_scratch_[j];
+    for (const int r : which) {
+      const float* g = rows + static_cast<std::size_t>(r) * d;
+      for (std::size_t j = 0; j < d; ++j) {
+        const double e = g[j] - mean_scratch_[j];
+        spread += e * e;
+      }
+    }
+    sums[0] = mean_norm;
+    sums[1] = spread;
+  }
+
+  void fetch(std::span<const Fetch> values) override {
+    for (const Fetch& f : values) put(f.device, f.host, f.bytes);
+  }
+
+  const float* view(const float* data, std::size_t, std::vector<float>&) override { return data; }
+  void view_stored(StoredRows data, std::size_t count, std::vector<float>& out) override {
+    const float* from = fp32(data);
+    out.assign(from, from + count);
+  }
+  void download(const float* device_src, float* host_dst, std::size_t count) const override {
+    if (count > 0 && device_src != host_dst)
+      std::memcpy(host_dst, device_src, count * sizeof(float));
+  }
+  void upload(const float* host_src, float* device_dst, std::size_t count) const override {
+    if (count > 0 && host_src != device_dst)
+      std::memcpy(device_dst, host_src, count * sizeof(float));
+  }
+
+ private:
+  template <class T>
+  T* allocate(std::size_t count) {
+    // Zeroed, as a fresh vector would be.
+    auto& block =
+        blocks_.emplace_back(std::make_unique<char[]>(std::max<std::size_t>(count, 1) * sizeof(T)));
+    return reinterpret_cast<T*>(block.get());
+  }
+  std::span<const float* const> pointers(std::span<const StoredRows> queries) {
+    query_pointers_.clear();
+    for (const StoredRows& q : queries) query_pointers_.push_back(fp32(q));
+    return query_pointers_;
+  }
+
+  std::unique_ptr<BlockPool> pool_;
+  std::vector<std::unique_ptr<char[]>> blocks_;  // every allocation, freed with the primitives
+  std::vector<const float*> query_pointers_;
+  Eigen::MatrixXd covariance_;
+  Eigen::LLT<Eigen::MatrixXd> cholesky_;
+  Eigen::VectorXd solve_;  // the kernel vector, solved in place into the weights
+  std::vector<double> kernel_;
+  std::vector<float> float_weights_;
+  std::vector<float> sum_scratch_;
+  std::vector<double> mean_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<DevicePrimitives> make_cpu_primitives(int threads) {
+  return std::make_unique<CpuPrimitives>(threads);
+}
+
+}  // namespace optex::detail

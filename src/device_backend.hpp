@@ -1,0 +1,190 @@
+// The one implementation of EngineBackend: the per-round logic over a
+// device's primitives (device_primitives.hpp). What it computes, in which
+// order, what it stages, restores and validates is written here once; the
+// CPU, CUDA and the tests' deferred and fault-injecting devices differ only
+// in their primitives. DESIGN.md section 7 describes the cut. Defined in
+// three files: device_backend.cpp (construction, host views, restore, the
+// history's statistics), device_backend_ask.cpp (the fit and ask()'s steps)
+// and device_backend_tell.cpp (tell()'s checks, reduction and commit).
+// Private to the library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "optex/detail/device_primitives.hpp"
+#include "optex/detail/engine_backend.hpp"
+
+namespace optex::detail {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+inline Storage point_storage(Precision p) {
+  return p == Precision::bf16 ? Storage::bf16 : Storage::fp32;
+}
+inline Storage gradient_storage(Precision p) {
+  return p == Precision::fp32 ? Storage::fp32 : Storage::bf16;
+}
+
+// A batch's rows in the device's memory (the batch's own host rows on the host).
+struct BatchRows {
+  float* points = nullptr;
+  float* grads = nullptr;
+  float* predicted = nullptr;
+  float* point(int i, std::size_t d) const { return points + static_cast<std::size_t>(i) * d; }
+  float* grad(int i, std::size_t d) const { return grads + static_cast<std::size_t>(i) * d; }
+  float* prediction(int i, std::size_t d) const {
+    return predicted + static_cast<std::size_t>(i) * d;
+  }
+};
+
+class DeviceBackend final : public EngineBackend {
+ public:
+  DeviceBackend(std::unique_ptr<DevicePrimitives> primitives, std::span<const float> x0,
+                const OptimizerRanges& optimizer, const Options& options,
+                const CoordinateShard& shard);
+
+  Device device() const override { return p_->device(); }
+  std::size_t dim() const override { return d_; }
+
+  std::span<const float> iterate() override { return {p_->view(x_, d_, x_host_), d_}; }
+  const OptimizerState& optimizer_state() override;
+  std::int64_t state_step() const override { return step_; }
+  const GradientHistory& history() override;
+  const HistoryGram& gram() override {
+    refresh_gram();
+    return gram_;
+  }
+  std::size_t history_size() const override { return gram_.size(); }
+  std::span<const float> iterate_if_host() const override {
+    return p_->host_memory() ? std::span<const float>(x_, d_) : std::span<const float>();
+  }
+  const float* device_iterate() override {
+    p_->fetch({});  // the caller may read it from any stream or copy engine
+    return x_;
+  }
+  void set_optimizer(const OptimizerRanges& optimizer) override { optimizer_ = optimizer; }
+  void set_threads(int threads) override { p_->set_threads(threads); }
+  void restore(const OptimizerState& state, const GradientHistory& history) override;
+
+  double fit(double lengthscale) override;
+  void begin_batch(Batch& batch) override;
+  void proxy_step(Batch& batch, int i, ProxySource source, const HostGradient& oracle) override;
+  bool finish_batch(Batch& batch) override;
+  double posterior_variance(int row) override;
+  double distance_from_iterate(Batch& batch, int i) override;
+  void discard_work_state() override { work_state_is_last_ = false; }
+  void expand_points(Batch& chain, std::span<const int> evaluations, Batch& rows) override;
+  double reduce_evaluations(Batch& rows, std::span<const char> admissible,
+                            std::span<const int> evaluations, Batch& chain) override;
+
+  void check_gradients(Batch& batch, std::span<char> finite) override;
+  bool stage_step(Batch& batch, int c) override;
+  void keep_coordinates(std::span<const CoordinateRange> ranges) override;
+  CommitStats commit(Batch& batch, int c, std::span<const char> keep,
+                     std::span<const char> predicted) override;
+
+ private:
+  struct Push {  // one kept pair that survives the push: its slot and batch row
+    std::size_t slot;
+    int row;
+  };
+
+  std::size_t bytes_needed(const Options& options) const;
+  BatchRows rows_of(Batch& batch);
+  void reset_work_state();
+  void enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out);
+  // Enqueues the bound flags of `nrows` rows and the work state's finiteness.
+  int enqueue_within(const float* rows, int nrows);
+  bool flags_all(int count) const;
+  // The GP step's distances on a slice: completed across the slices (a wait).
+  void complete_query_distances(std::size_t n);
+  // What a commit pushes: the surviving pairs in push order; returns the pushes.
+  std::size_t plan_push(std::span<const char> keep);
+  void enqueue_backup();
+  void store_pushes(const BatchRows& rows, std::size_t& stored);
+  void restore_overwritten(std::size_t stored);
+  CommitStats statistics(std::span<const int> compared) const;
+  void recompute_gram();
+  // The statistics of the slots pushed without them (stale_), in push order.
+  void refresh_gram();
+
+  std::unique_ptr<DevicePrimitives> p_;
+  OptimizerRanges optimizer_;  // sized for d_
+  Covariance kernel_;
+  double noise_;
+  InputScaling scaling_;
+  std::size_t d_;
+  int n_;                 // N
+  std::size_t capacity_;  // T0
+  StateSlots slots_;
+  float bound_;      // magnitude_bound of the whole vector's dimension
+  ShardSums* sums_;  // completes sums over coordinates across slices; nullptr when whole
+  bool keeps_backup_;
+  // With N = 1 no round reads the Gram statistics: a commit stores its pair
+  // and leaves the statistics to the first reader (a fit, a host view). Not
+  // on a slice, where computing them is a collective every slice must join.
+  bool lazy_gram_;
+  std::vector<std::size_t> stale_;  // slots pushed without statistics, by their last push
+
+  float* x_ = nullptr;
+  float* next_x_ = nullptr;
+  StateRows state_, work_;
+  std::int64_t step_ = 0;
+  std::int64_t work_step_ = 0;
+  bool work_state_is_last_ = false;  // the work state still is the s_{N-1} ask() left
+  StoredRows history_x_, history_g_;
+  // What a commit may overwrite (the min(N, T0) slots from the next one), kept
+  // by the first stage_step() of a tell() so that its wait proves the copies
+  // good, and put back where a commit fails.
+  StoredRows backup_x_, backup_g_;
+  bool backed_up_ = false;
+  HistoryGram gram_;
+
+  // Batch rows on a device, per batch the engine uses (its batch and its chain).
+  std::vector<BatchRows> row_sets_;
+  std::vector<const Batch*> row_owners_;
+
+  // The GP.
+  std::size_t fitted_size_ = 0;
+  std::uint64_t fitted_version_ = 0;
+  double inv_scaled_lengthscale_ = 1.0;
+  Eigen::MatrixXd covariance_;
+  double* query_distances_ = nullptr;  // T0
+  double* weights_ = nullptr;          // (N-1) x T0
+  double* variances_ = nullptr;        // N-1
+  int* gp_infos_ = nullptr;            // N-1
+  std::vector<char> gp_rows_;          // per proxy row of this batch: a GP step wrote it
+  std::vector<char> variance_known_;   // per proxy row: variances_host_ holds it
+  std::vector<double> weights_host_, variances_host_, query_host_;
+  std::vector<int> gp_infos_host_;
+  std::vector<float> oracle_x_, oracle_g_;
+
+  // Flags and sums the host reads.
+  int* flags_ = nullptr;  // N rows, then the state's slots
+  std::vector<int> flags_host_;
+  double* sums_device_ = nullptr;
+  std::vector<double> sums_host_;
+
+  // Commit plan, sized once.
+  std::vector<Push> pushes_;
+  std::vector<StoredRows> query_x_, query_g_;
+
+  // Host views.
+  std::vector<float> x_host_;
+  OptimizerState state_host_;
+  std::unique_ptr<GradientHistory> history_host_;
+  bool history_host_current_ = false;
+  std::vector<float> view_points_, view_gradients_;
+};
+
+// The most values one fetch of sums brings (device_backend.cpp).
+std::size_t sums_capacity(std::size_t n, std::size_t t0);
+
+}  // namespace optex::detail

@@ -1,0 +1,258 @@
+// The device backend's side of tell(): the gradients' checks, the mean of
+// several evaluations, the staged step and the commit (device_backend.hpp
+// describes the whole backend).
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device_backend.hpp"
+
+#include "optex/detail/point_evaluations.hpp"
+
+namespace optex::detail {
+
+double DeviceBackend::reduce_evaluations(Batch& rows, std::span<const char> admissible,
+                                         std::span<const int> evaluations, Batch& chain) {
+  const BatchRows from = rows_of(rows);
+  const BatchRows to = rows_of(chain);
+  // Per point with two or more admissible evaluations: the squared norm of the
+  // mean and the spread around it (sums over coordinates), and the count.
+  std::vector<int> replicates;
+  std::vector<int> which;
+  std::size_t first = 0;
+  std::size_t sums = 0;
+  for (std::size_t p = 0; p < evaluations.size(); ++p) {
+    const auto count = static_cast<std::size_t>(evaluations[p]);
+    which.clear();
+    double loss_sum = 0.0;
+    for (std::size_t r = first; r < first + count; ++r) {
+      if (!admissible[r]) continue;
+      which.push_back(static_cast<int>(r));
+      loss_sum += rows.loss(static_cast<int>(r));
+    }
+    first += count;
+    float* mean = to.grad(static_cast<int>(p), d_);
+    if (which.empty()) {
+      p_->zero(mean, d_);
+      chain.loss(static_cast<int>(p)) = kNaN;
+      continue;
+    }
+    chain.loss(static_cast<int>(p)) = loss_sum / static_cast<double>(which.size());
+    const bool measured = which.size() >= 2;
+    p_->mean_of_rows(from.grads, which, d_, mean, measured ? sums_device_ + 2 * sums : nullptr);
+    if (measured) {
+      replicates.push_back(static_cast<int>(which.size()));
+      ++sums;
+    }
+  }
+  p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, sums_host_.data(), 2 * sums)});
+  const std::span<double> measured(sums_host_.data(), 2 * sums);
+  complete_sums(sums_, measured);
+  return gradient_noise(measured, replicates);
+}
+
+// ---- tell() -----------------------------------------------------------------------------
+
+void DeviceBackend::check_gradients(Batch& batch, std::span<char> finite) {
+  const BatchRows rows = rows_of(batch);
+  if (finite.size() > static_cast<std::size_t>(batch.size())) {
+    throw std::invalid_argument("finite: " + std::to_string(finite.size()) +
+                                " flags for a batch of " + std::to_string(batch.size()));
+  }
+  // BatchRows written through host views: upload them (one copy per run of
+  // adjacent rows) and unstage them, so that a retry after a refused tell()
+  // reads what the caller writes into the device rows next.
+  batch.upload_staged_gradients();
+  const auto n = static_cast<int>(finite.size());
+  p_->within_bound(rows.grads, finite.size(), d_, bound_, flags_);
+  p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, flags_host_.data(), finite.size())});
+  for (int r = 0; r < n; ++r) finite[static_cast<std::size_t>(r)] = flags_host_[r] != 0 ? 1 : 0;
+  complete_flags(sums_, finite);  // a pair is finite where it is on every slice
+}
+
+bool DeviceBackend::stage_step(Batch& batch, int c) {
+  const BatchRows rows = rows_of(batch);
+  // From point N-1 the work state already is s_{N-1} (ask() left it there);
+  // from an earlier point, replay the proxy steps from the iterate to recover
+  // s_c. The first step reads x_, later ones update next_x_ in place.
+  const float* from = rows.point(c, d_);
+  if (c != batch.size() - 1 || !work_state_is_last_) {
+    reset_work_state();
+    from = x_;
+    if (BatchAccess::proxy_steps_applied(batch)) {
+      for (int r = 0; r < c; ++r) {
+        StepGradient g;
+        g.row = rows.prediction(r, d_);
+        enqueue_step(g, from, next_x_);
+        from = next_x_;
+      }
+    }
+  }
+  work_state_is_last_ = false;
+  StepGradient g;
+  g.row = rows.grad(c, d_);
+  enqueue_step(g, from, next_x_);
+  const int checks = enqueue_within(next_x_, 1);
+  const bool backing_up = keeps_backup_ && !backed_up_;
+  if (backing_up) enqueue_backup();
+  p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, flags_host_.data(), checks)});
+  backed_up_ = backed_up_ || backing_up;
+  return on_every_slice(sums_, flags_all(checks));
+}
+
+void DeviceBackend::keep_coordinates(std::span<const CoordinateRange> ranges) {
+  for (const CoordinateRange& r : ranges) {
+    p_->copy(x_ + r.offset, next_x_ + r.offset, r.size);
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (slots_.uses(j)) p_->copy(state_.slot[j] + r.offset, work_.slot[j] + r.offset, r.size);
+    }
+  }
+}
+
+std::size_t DeviceBackend::plan_push(std::span<const char> keep) {
+  // Kept pairs take slots next, next+1, ... in order; only the last T0 of
+  // them survive (earlier ones still advance the ring, as their pushes would).
+  std::size_t pushes = 0;
+  for (const char k : keep) pushes += k ? 1 : 0;
+  const std::size_t skipped = pushes > capacity_ ? pushes - capacity_ : 0;
+  pushes_.clear();
+  std::size_t k = 0;
+  for (std::size_t r = 0; r < keep.size(); ++r) {
+    if (!keep[r]) continue;
+    if (k >= skipped) pushes_.push_back({(gram_.next_slot() + k) % capacity_, static_cast<int>(r)});
+    ++k;
+  }
+  return pushes;
+}
+
+void DeviceBackend::enqueue_backup() {
+  const std::size_t slots = std::min(static_cast<std::size_t>(n_), capacity_);
+  for (std::size_t k = 0; k < slots; ++k) {
+    const std::size_t slot = (gram_.next_slot() + k) % capacity_;
+    if (slot >= gram_.size()) continue;  // an empty slot
+    p_->copy_stored(history_x_.row(slot, d_), backup_x_.row(k, d_), d_);
+    p_->copy_stored(history_g_.row(slot, d_), backup_g_.row(k, d_), d_);
+  }
+}
+
+void DeviceBackend::store_pushes(const BatchRows& rows, std::size_t& stored) {
+  for (const Push& push : pushes_) {
+    ++stored;
+    p_->store(rows.point(push.row, d_), history_x_.row(push.slot, d_), d_);
+    p_->store(rows.grad(push.row, d_), history_g_.row(push.slot, d_), d_);
+  }
+}
+
+void DeviceBackend::restore_overwritten(std::size_t stored) {
+  for (std::size_t k = 0; k < stored; ++k) {
+    const std::size_t slot = pushes_[k].slot;
+    if (slot >= gram_.size()) continue;
+    const std::size_t kept = (slot + capacity_ - gram_.next_slot()) % capacity_;
+    p_->copy_stored(backup_x_.row(kept, d_), history_x_.row(slot, d_), d_);
+    p_->copy_stored(backup_g_.row(kept, d_), history_g_.row(slot, d_), d_);
+  }
+  p_->fetch({});
+}
+
+CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> keep,
+                                  std::span<const char> predicted) {
+  const BatchRows rows = rows_of(batch);
+  const auto n = static_cast<int>(keep.size());
+  // The statistics first: per compared row <p,p>, <p,g>, <g,g>, ||p - g||^2,
+  // then ||g_c||^2 and ||next iterate - iterate||^2.
+  std::vector<int> compared;
+  for (int i = 0; i + 1 < n; ++i) {
+    if (keep[static_cast<std::size_t>(i)] && predicted[static_cast<std::size_t>(i)]) {
+      p_->pair_statistics(rows.prediction(i, d_), rows.grad(i, d_), d_,
+                          sums_device_ + 4 * compared.size());
+      compared.push_back(i);
+    }
+  }
+  const auto own = std::find(compared.begin(), compared.end(), c);
+  const std::size_t stats = 4 * compared.size();
+  if (own == compared.end()) p_->dot(rows.grad(c, d_), rows.grad(c, d_), d_, sums_device_ + stats);
+  const StoredRows iterate = fp32_rows(x_);
+  p_->squared_distances(fp32_rows(next_x_), 1, d_, {&iterate, 1}, sums_device_ + stats + 1);
+
+  // The history push: the surviving pairs stored, then their new Gram rows
+  // over the final history, one pass over the points and one over the gradients.
+  const std::size_t pushes = plan_push(keep);
+  const std::size_t size = std::min(gram_.size() + pushes, capacity_);
+  const std::size_t pairs = pushes_.size();
+  double* distances = sums_device_ + stats + 2;
+  double* norms = distances + pairs * size;
+  double* inner = norms + pairs;
+  const std::size_t values = stats + 2 + (lazy_gram_ ? 0 : pairs * (2 * size + 1));
+  if (keeps_backup_ && !backed_up_) {
+    throw std::logic_error("device backend: commit() without a stage_step() that returned true");
+  }
+  std::size_t stored = 0;
+  try {
+    store_pushes(rows, stored);
+    if (!lazy_gram_) {
+      query_x_.clear();
+      query_g_.clear();
+      for (const Push& push : pushes_) {
+        query_x_.push_back(history_x_.row(push.slot, d_));
+        query_g_.push_back(history_g_.row(push.slot, d_));
+      }
+      p_->squared_distances(history_x_, size, d_, query_x_, distances, norms);
+      p_->inner_products(history_g_, size, d_, query_g_, inner);
+    }
+    p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, sums_host_.data(), values)});
+    if (own != compared.end()) {
+      sums_host_[stats] = sums_host_[4 * static_cast<std::size_t>(own - compared.begin()) + 2];
+    }
+    complete_sums(sums_, {sums_host_.data(), values});
+  } catch (...) {
+    if (keeps_backup_) restore_overwritten(stored);
+    throw;
+  }
+  // From here on only host bookkeeping: nothing throws.
+  for (std::size_t k = 0; k < pushes; ++k) gram_.advance();
+  const double* host = sums_host_.data() + stats + 2;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    if (lazy_gram_) {
+      std::erase(stale_, pushes_[k].slot);  // capacity T0, reserved: no allocation
+      stale_.push_back(pushes_[k].slot);
+      continue;
+    }
+    gram_.set_row(pushes_[k].slot, host + k * size, host[pairs * size + k],
+                  host + pairs * size + pairs + k * size);
+  }
+  CommitStats result = statistics(compared);
+  backed_up_ = false;  // the history changed
+  std::swap(x_, next_x_);
+  std::swap(state_, work_);
+  step_ = work_step_;
+  fitted_size_ = 0;  // the history changed
+  history_host_current_ = false;
+  return result;
+}
+
+CommitStats DeviceBackend::statistics(std::span<const int> compared) const {
+  CommitStats stats;
+  stats.prediction_error.assign(n_ > 1 ? static_cast<std::size_t>(n_ - 1) : 0, kNaN);
+  for (std::size_t k = 0; k < compared.size(); ++k) {
+    const double aa = sums_host_[4 * k], ab = sums_host_[4 * k + 1], bb = sums_host_[4 * k + 2];
+    const double denom = std::sqrt(aa * bb);
+    if (denom > 0.0) {
+      stats.cosine_sum += ab / denom;
+      ++stats.cosine_count;
+      stats.prediction_error[static_cast<std::size_t>(compared[k])] =
+          std::sqrt(sums_host_[4 * k + 3]) / std::sqrt(bb);
+    }
+  }
+  const std::size_t tail = 4 * compared.size();
+  stats.grad_norm = std::sqrt(sums_host_[tail]);
+  stats.step_norm = std::sqrt(sums_host_[tail + 1]);
+  return stats;
+}
+
+}  // namespace optex::detail
