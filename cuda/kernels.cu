@@ -1,16 +1,18 @@
 // The CUDA kernels of the backend (see kernels.cuh).
 //
-// Reductions over d (squared_distances, row_dots) are deterministic: the grid
-// over d is reduction_blocks(d) blocks of kThreads threads whatever the device;
-// every thread sums its grid-stride slice in fp32 in increasing k, each block
-// sums its threads in fp64 in a fixed tree order and writes one partial per
-// row, and a second kernel sums each row's partials in a fixed order in fp64.
-// No atomics touch a value.
+// Reductions over d (squared_distances, row_dots, pair_statistics,
+// mean_of_rows' sums) are deterministic: the grid over d is reduction_blocks(d)
+// blocks of kThreads threads whatever the device; every thread sums its
+// grid-stride slice in increasing k (fp32; fp64 for mean_of_rows, whose terms
+// are fp64), each block sums its threads in fp64 in a fixed tree order and
+// writes one partial per row, and a second kernel sums each row's partials in
+// a fixed order in fp64. No atomics touch a value.
 //
 // Compiled with --fmad=false and IEEE division and square root, so the
 // elementwise updates (each optimizer's update()) are bitwise the CPU's.
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -58,9 +60,10 @@ __device__ __forceinline__ double (*reduction_scratch())[kWarps] {
 
 // Sums acc[r] over the block (kThreads threads) in fp64 in a fixed order and
 // writes the block's sum of row r to partials[r * blocks + block]. Every
-// thread of the block must call it.
-template <int R>
-__device__ __forceinline__ void block_sum_to_partials(const float (&acc)[R], double* partials,
+// thread of the block must call it. T: the per-thread partials' type (fp32,
+// or fp64 where a kernel keeps fp64 partials per thread).
+template <int R, class T>
+__device__ __forceinline__ void block_sum_to_partials(const T (&acc)[R], double* partials,
                                                       int blocks, int block) {
   static_assert(R >= 1 && R <= kMaxChunk);
   double(*warp_sums)[kWarps] = reduction_scratch();
@@ -291,6 +294,104 @@ __global__ void __launch_bounds__(kThreads)
     dst[i] = detail::load_as_float(src[i]);
 }
 
+// ---- pair_statistics -----------------------------------------------------------
+
+// grid: x = reduction block over d. The four sums of one pass, each thread in
+// fp32 over its grid-stride slice in increasing k (as row_dots_kernel and
+// squared_distances_chunk sum theirs), then the block in fp64:
+// partials[s * blocks + block] for s = <a,a>, <a,b>, <b,b>, ||a - b||^2.
+__global__ void __launch_bounds__(kThreads)
+    pair_statistics_kernel(const float* __restrict__ a, const float* __restrict__ b, std::size_t d,
+                           double* partials, int blocks) {
+  const int block = static_cast<int>(blockIdx.x);
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kThreads;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (std::size_t k = static_cast<std::size_t>(block) * kThreads + threadIdx.x; k < d;
+       k += stride) {
+    const float x = a[k];
+    const float y = b[k];
+    const float t = x - y;
+    acc[0] += x * x;
+    acc[1] += x * y;
+    acc[2] += y * y;
+    acc[3] += t * t;
+  }
+  block_sum_to_partials<4>(acc, partials, blocks, block);
+}
+
+// ---- widen_floats ----------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads)
+    widen_floats_kernel(const float* __restrict__ src, double* __restrict__ dst,
+                        std::size_t count) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step)
+    dst[i] = static_cast<double>(src[i]);
+}
+
+// ---- posterior_variance ----------------------------------------------------------
+
+// One thread: n <= T0 terms, summed in j order in fp64 like the CPU's
+// `explained += k_j * w_j` (no contraction: --fmad=false), then max(0, 1 - .)
+// as std::max(0.0, v) picks it (0 for NaN).
+__global__ void posterior_variance_kernel(const double* __restrict__ k,
+                                          const double* __restrict__ w, int n,
+                                          double* __restrict__ variance) {
+  double explained = 0.0;
+  for (int j = 0; j < n; ++j) explained += k[j] * w[j];
+  const double v = 1.0 - explained;
+  *variance = 0.0 < v ? v : 0.0;
+}
+
+// ---- mean_of_rows ----------------------------------------------------------------
+
+// The rows a mean averages, in order: up to kMaxInlineMeanRows travel in the
+// kernel's arguments (read through the constant cache), more are read from
+// device memory (`list`).
+struct MeanRows {
+  int count = 0;
+  const int* list = nullptr;
+  int inline_rows[kMaxInlineMeanRows] = {};
+};
+
+__device__ __forceinline__ std::size_t mean_row(const MeanRows& which, int i) {
+  return static_cast<std::size_t>(which.list != nullptr ? which.list[i] : which.inline_rows[i]);
+}
+
+// grid: x = reduction block over d. For each k of the thread's grid-stride
+// slice: m = (sum over `which`, in order, of double(rows[r][k])) / count in
+// fp64, the CPU's arithmetic term for term, so float(m) is bitwise the CPU's
+// mean. With Sums the thread also keeps fp64 partials of m^2 and of
+// sum_r (double(rows[r][k]) - m)^2, which the block sums in a fixed tree into
+// partials[s * blocks + block]. `rows` and `mean` are not __restrict__: mean[k]
+// is written after the last read of column k, so `mean` may be one of the rows.
+template <bool Sums>
+__global__ void __launch_bounds__(kThreads)
+    mean_of_rows_kernel(const float* rows, std::size_t d, const __grid_constant__ MeanRows which,
+                        float* mean, double* partials, int blocks) {
+  const int block = static_cast<int>(blockIdx.x);
+  const std::size_t stride = static_cast<std::size_t>(blocks) * kThreads;
+  const double count = static_cast<double>(which.count);
+  double acc[2] = {0.0, 0.0};
+  for (std::size_t k = static_cast<std::size_t>(block) * kThreads + threadIdx.x; k < d;
+       k += stride) {
+    double m = 0.0;
+    for (int i = 0; i < which.count; ++i)
+      m += static_cast<double>(rows[mean_row(which, i) * d + k]);
+    m /= count;
+    if constexpr (Sums) {
+      acc[0] += m * m;
+      for (int i = 0; i < which.count; ++i) {
+        const double e = static_cast<double>(rows[mean_row(which, i) * d + k]) - m;
+        acc[1] += e * e;
+      }
+    }
+    mean[k] = static_cast<float>(m);
+  }
+  if constexpr (Sums) block_sum_to_partials<2>(acc, partials, blocks, block);
+}
+
 // ---- optimizer_step ------------------------------------------------------------
 
 constexpr int kMaxRangesPerLaunch = 16;
@@ -511,6 +612,63 @@ void load_values(const Store* src, float* dst, std::size_t count, cudaStream_t s
   if (count == 0) return;
   load_values_kernel<Store><<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
   OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+void pair_statistics(const float* a, const float* b, std::size_t d, double* partials, double* out,
+                     cudaStream_t stream) {
+  if (d == 0) {
+    OPTEX_CUDA_CHECK(cudaMemsetAsync(out, 0, 4 * sizeof(double), stream));
+    return;
+  }
+  const int blocks = reduction_blocks(d);
+  pair_statistics_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, b, d, partials,
+                                                                                 blocks);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+  sum_partials(partials, 4, blocks, out, stream);
+}
+
+void widen_floats(const float* src, double* dst, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  widen_floats_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+void posterior_variance(const double* k, const double* w, int n, double* variance,
+                        cudaStream_t stream) {
+  posterior_variance_kernel<<<1, 1, 0, stream>>>(k, w, std::max(n, 0), variance);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+void mean_of_rows(const float* rows, std::span<const int> which, const int* device_which,
+                  std::size_t d, float* mean, double* partials, double* sums, cudaStream_t stream) {
+  MeanRows table;
+  if (which.size() > static_cast<std::size_t>(kMaxInlineMeanRows)) {
+    if (which.size() > static_cast<std::size_t>(INT_MAX) || device_which == nullptr) {
+      throw std::invalid_argument("which: " + std::to_string(which.size()) +
+                                  " rows need a device copy of the list (at most " +
+                                  std::to_string(kMaxInlineMeanRows) +
+                                  " travel as kernel arguments)");
+    }
+    table.list = device_which;
+  } else {
+    std::copy(which.begin(), which.end(), table.inline_rows);
+  }
+  table.count = static_cast<int>(which.size());
+  if (d == 0) {
+    if (sums != nullptr) OPTEX_CUDA_CHECK(cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream));
+    return;
+  }
+  const int blocks = reduction_blocks(d);
+  const auto grid = static_cast<unsigned>(blocks);
+  if (sums == nullptr) {
+    mean_of_rows_kernel<false>
+        <<<grid, kThreads, 0, stream>>>(rows, d, table, mean, nullptr, blocks);
+    OPTEX_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  mean_of_rows_kernel<true><<<grid, kThreads, 0, stream>>>(rows, d, table, mean, partials, blocks);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+  sum_partials(partials, 2, blocks, sums, stream);
 }
 
 void fill_step_coefficients(const OptimizerRanges& ranges, std::int64_t step,

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -55,6 +56,36 @@ template <class Store>
 void store_values(const float* src, Store* dst, std::size_t count, cudaStream_t stream);
 template <class Store>
 void load_values(const Store* src, float* dst, std::size_t count, cudaStream_t stream);
+
+// out[0..3] = <a, a>, <a, b>, <b, b>, ||a - b||^2 over d, from one pass (each
+// summed like row_dots); partials: 4 * reduction_blocks(d) doubles.
+void pair_statistics(const float* a, const float* b, std::size_t d, double* partials, double* out,
+                     cudaStream_t stream);
+
+// dst[i] = double(src[i]), i < count (the fp32 GEMM's inner products as fp64).
+void widen_floats(const float* src, double* dst, std::size_t count, cudaStream_t stream);
+
+// *variance = max(0, 1 - sum_{j < n} k[j] * w[j]): the GP's posterior variance
+// from the covariance vector k and the weights w = (K + sigma^2 I)^-1 k, summed
+// in j order in fp64 by one thread (n <= T0), as the CPU sums it.
+void posterior_variance(const double* k, const double* w, int n, double* variance,
+                        cudaStream_t stream);
+
+// The most rows a mean_of_rows launch takes in its kernel arguments.
+inline constexpr int kMaxInlineMeanRows = 64;
+
+// mean[k] = float(m_k), m_k = (sum over r in `which`, in that order, of
+// double(rows[r * d + k])) / |which| in fp64: bitwise the CPU's mean. When sums
+// is not null also sums[0] = sum_k m_k^2 and sums[1] = sum_k sum_{r in which}
+// (double(rows[r * d + k]) - m_k)^2, deterministic reductions over fp64
+// per-thread partials (partials: 2 * reduction_blocks(d) doubles). `which` is
+// host memory, read before the call returns: up to kMaxInlineMeanRows entries
+// travel as kernel arguments; a longer list must also be in device memory at
+// `device_which` (the same entries, left there until the launch has run), else
+// std::invalid_argument before anything is enqueued. `mean` may be one of the
+// rows.
+void mean_of_rows(const float* rows, std::span<const int> which, const int* device_which,
+                  std::size_t d, float* mean, double* partials, double* sums, cudaStream_t stream);
 
 // ---- the fused optimizer step -------------------------------------------------
 

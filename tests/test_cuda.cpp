@@ -740,4 +740,179 @@ TEST_F(Cuda, SliceEnginesFollowTheCpuSlicesAndAgreeAcrossSlices) {
   }
 }
 
+// ---- 11. what the one backend made the same on both devices ---------------------------------
+
+// Every option a CPU engine takes, set away from its default: a CUDA engine
+// takes it too. Without a GPU (or without CUDA) only the device is refused, so
+// this test runs everywhere, outside the fixture; with one, each engine runs
+// rounds that stay finite.
+TEST(CudaOptions, NoOptionIsRefused) {
+  struct Case {
+    const char* field;
+    void (*set)(Options&);
+  };
+  const Case cases[] = {
+      {"parallelism", [](Options& o) { o.parallelism = 6; }},
+      {"history", [](Options& o) { o.history = 3; }},
+      {"kernel", [](Options& o) { o.kernel = optex::Covariance::rbf; }},
+      {"lengthscale", [](Options& o) { o.lengthscale = 0.5; }},
+      {"noise", [](Options& o) { o.noise = 1e-2; }},
+      {"input_scaling",
+       [](Options& o) { o.input_scaling = optex::InputScaling::reference_mean_sqrt_norm; }},
+      {"warmup", [](Options& o) { o.warmup = optex::Warmup::zero_gradient; }},
+      {"lengthscale_selection",
+       [](Options& o) { o.lengthscale_selection = optex::LengthscaleSelection::fixed; }},
+      {"selection_interval", [](Options& o) { o.selection_interval = 2; }},
+      {"lengthscale_grid",
+       [](Options& o) {
+         o.lengthscale_grid = {0.05, 0.5};
+       }},
+      {"proxy", [](Options& o) { o.proxy = optex::Proxy::last_gradient; }},
+      {"seed", [](Options& o) { o.seed = 7; }},
+      {"evaluations_per_point", [](Options& o) { o.evaluations_per_point = 2; }},
+      {"strategy", [](Options& o) { o.strategy = optex::Strategy::adaptive; }},
+      {"continue_from", [](Options& o) { o.continue_from = optex::ContinueFrom::last; }},
+      {"max_posterior_variance", [](Options& o) { o.max_posterior_variance = 0.5; }},
+      {"trust_region", [](Options& o) { o.trust_region = 2.0; }},
+      {"max_lengthscale_change", [](Options& o) { o.max_lengthscale_change = 2.0; }},
+      {"threads", [](Options& o) { o.threads = 1; }},
+      {"history_precision", [](Options& o) { o.history_precision = Precision::bf16_gradients; }},
+  };
+  const std::vector<float> x0(40, 0.5f);
+  const bool gpu = optex::cuda_device_count() > 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    Options o = On(Device::cuda(0));
+    c.set(o);
+    o.validate();
+    if (!gpu) {
+      try {
+        Engine e(x0, Adam{.lr = 0.05}, o);
+        ADD_FAILURE() << "an engine on a missing device was made";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_THAT(e.what(), ::testing::StartsWith("device: cuda:0"));
+      }
+      continue;
+    }
+    Engine e(x0, Adam{.lr = 0.05}, o);
+    for (int round = 0; round < 5; ++round) {
+      Batch& b = e.ask();
+      for (int i = 0; i < b.size(); ++i)
+        b.loss(i) = kSphere.EvaluateWithGradient(b.point(i), b.grad(i));
+      e.tell(b);
+    }
+    const std::span<const float> x = e.iterate();
+    EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }));
+  }
+}
+
+// The features that were once the CPU's only, against the CPU: several
+// evaluations per point, the adaptive strategy, the two safeguards. Each run
+// follows the CPU's trajectory to 1e-3 relative (section 2's tolerance: the
+// reductions and the Cholesky differ in their last bits), reports the same
+// chain stops, and its IterationInfo carries the iterate, a step norm for the
+// trust region and the CPU's prediction errors to 1e-3.
+TEST_F(Cuda, EveryFeatureFollowsTheCpu) {
+  const std::size_t d = 3000;
+  const std::vector<float> x0 = UniformStart(d, 61);
+  struct Case {
+    const char* name;
+    Options options;
+  };
+  std::vector<Case> cases;
+  {
+    Options o = WithN(4, 5);
+    o.evaluations_per_point = 2;
+    cases.push_back({"evaluations_per_point 2", o});
+  }
+  {
+    Options o = WithN(8, 5);
+    o.strategy = optex::Strategy::adaptive;
+    cases.push_back({"adaptive", o});
+  }
+  {
+    Options o = WithN(6, 5);
+    o.max_posterior_variance = 0.2;
+    cases.push_back({"max_posterior_variance", o});
+  }
+  {
+    Options o = WithN(6, 5);
+    o.trust_region = 1.5;
+    cases.push_back({"trust_region", o});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Engine cpu(x0, Adam{.lr = 1e-2}, On(Device::cpu(), c.options));
+    Engine gpu(x0, Adam{.lr = 1e-2}, On(Device::cuda(0), c.options));
+    for (int t = 0; t < 15; ++t) {
+      const IterationInfo cpu_info = Step(cpu, kSphere);
+      const IterationInfo& gpu_info = Step(gpu, kSphere);
+      ASSERT_LT(RelDiff(gpu.iterate(), cpu.iterate()), 1e-3) << "iteration " << t;
+      EXPECT_STREQ(gpu_info.chain_stop, cpu_info.chain_stop) << "iteration " << t;
+      EXPECT_EQ(gpu_info.point_evaluations, cpu_info.point_evaluations) << "iteration " << t;
+      ASSERT_EQ(gpu_info.iterate.size(), d);
+      EXPECT_TRUE(BitEqual(gpu_info.iterate, gpu.iterate()));
+      ASSERT_EQ(gpu_info.prediction_error.size(), cpu_info.prediction_error.size());
+      for (std::size_t i = 0; i < cpu_info.prediction_error.size(); ++i) {
+        const double want = cpu_info.prediction_error[i];
+        const double got = gpu_info.prediction_error[i];
+        EXPECT_EQ(std::isnan(got), std::isnan(want)) << "row " << i << ", iteration " << t;
+        if (!std::isnan(want)) {
+          EXPECT_NEAR(got, want, 1e-3 * (1.0 + want)) << "row " << i;
+        }
+      }
+    }
+  }
+}
+
+// A refused flat tell() (every step overflows) leaves the device rows as they
+// were: the rows the caller wrote on the device before are still there.
+TEST_F(Cuda, ARefusedFlatTellLeavesTheDeviceRows) {
+  const std::size_t d = 300;
+  const std::vector<float> x0 = UniformStart(d, 62);
+  Engine e(x0, Sgd{.lr = 1e30}, On(Device::cuda(0), WithN(2)));
+  Batch& b = e.ask();
+  std::vector<float> mine(d, 0.25f);
+  for (int i = 0; i < b.size(); ++i) {
+    b.set_gradient(i, mine);
+    b.loss(i) = 1.0;
+  }
+  b.upload_staged_gradients();
+  const std::vector<float> huge(static_cast<std::size_t>(b.size()) * d, 1e10f);
+  const std::vector<double> losses(static_cast<std::size_t>(b.size()), 1.0);
+  EXPECT_THROW(e.tell(huge, losses), std::runtime_error);
+  const Batch& view = b;
+  for (int i = 0; i < b.size(); ++i) {
+    EXPECT_TRUE(BitEqual(view.grad(i), mine)) << "row " << i;
+  }
+}
+
+// Restoring an fp32 run into bf16 storage: the Gram statistics are those of
+// the rounded rows the engine keeps, not of the fp32 rows it was given.
+TEST_F(Cuda, ABf16RestoreMeasuresTheRowsItStores) {
+  const std::size_t d = 2000;
+  const std::vector<float> x0 = UniformStart(d, 63);
+  Engine fp32(x0, Adam{.lr = 1e-2}, On(Device::cpu(), WithN(4, 3)));
+  for (int t = 0; t < 6; ++t) Step(fp32, kRosenbrock);
+  Engine bf16 = Engine::from_snapshot(fp32.snapshot(), Device::cuda(0), Precision::bf16);
+  const optex::GradientHistory& h = bf16.history();
+  const optex::HistoryGram& gram = bf16.history_statistics();
+  ASSERT_GE(h.size(), 2u);
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    for (std::size_t j = 0; j < h.size(); ++j) {
+      double distance = 0.0, inner = 0.0;
+      for (std::size_t k = 0; k < d; ++k) {
+        const double diff = static_cast<double>(h.point(i)[k]) - h.point(j)[k];
+        distance += diff * diff;
+        inner += static_cast<double>(h.gradient(i)[k]) * h.gradient(j)[k];
+      }
+      if (i != j) {
+        EXPECT_NEAR(gram.squared_distance(i, j), distance, 1e-5 * distance) << i << ", " << j;
+      }
+      EXPECT_NEAR(gram.gradient_inner(i, j), inner, 1e-5 * std::abs(inner) + 1e-6)
+          << i << ", " << j;
+    }
+  }
+}
+
 }  // namespace

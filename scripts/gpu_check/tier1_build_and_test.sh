@@ -45,7 +45,8 @@ optex_configure_args() {
 }
 
 optex_targets() {
-  local targets=(test_cuda test_cuda_kernels test_engine_invariants test_unchanged_coordinates bench_cuda)
+  local targets=(test_cuda test_cuda_kernels test_cuda_primitives test_engine_invariants
+    test_unchanged_coordinates bench_cuda)
   [ -n "$NCCL_ORIGIN" ] && targets+=(test_nccl)
   [ -n "$MPICXX" ] && [ -n "$NCCL_ORIGIN" ] && targets+=(optex_distributed)
   printf '%s\n' "${targets[@]}"

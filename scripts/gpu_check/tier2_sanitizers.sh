@@ -5,12 +5,13 @@
 # its own time box, so that a slow one still leaves the others their turn. Sourced by
 # run.sh after tier 1.
 
-# tool;executable;gtest filter;cap (s): fast suites, chosen so that all four fit.
+# tool;executable;gtest filter;cap (s): fast suites, chosen so that all five fit.
 SANITIZER_RUNS=(
-  "memcheck;test_cuda_kernels;*;90"
-  "memcheck;test_engine_invariants;*/cuda*;90"
+  "memcheck;test_cuda_kernels;*;60"
+  "memcheck;test_cuda_primitives;*;60"
+  "memcheck;test_engine_invariants;*/cuda*;80"
   "memcheck;test_cuda;Cuda.EstimatorMatchesTheCpuOnTheSameHistory:Cuda.NonFiniteCommitMatchesTheCpu:Cuda.ProxyModesMatchTheCpu;90"
-  "racecheck;test_cuda_kernels;*;75"
+  "racecheck;test_cuda_kernels;*;60"
 )
 
 tier2() {
