@@ -1,6 +1,8 @@
 // The engine's invariants (DESIGN.md sections 2 and 6) on every device: one
-// suite, instantiated for Device::cpu() and Device::cuda(0), so that the CPU and
-// CUDA backends are held to the same assertions, all of them bit for bit:
+// suite, instantiated for Device::cpu(), for the CPU on deferred primitives
+// (cpu_deferred: tests/deferred_primitives.hpp, a device's late results on the
+// CPU) and for Device::cuda(0), so that every backend is held to the same
+// assertions, all of them bit for bit:
 //
 //   - N = 1 is the base optimizer, for every optimizer kind and variant, with
 //     per-range hyperparameters, and under a schedule of set_optimizer calls;
@@ -30,6 +32,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -39,9 +42,11 @@
 #include <variant>
 #include <vector>
 
+#include "deferred_primitives.hpp"
 #include "engine_equality.hpp"
 #include "gpu_test_support.hpp"
 #include "optex/batch.hpp"
+#include "optex/detail/device_primitives.hpp"
 #include "optex/device.hpp"
 #include "optex/engine.hpp"
 #include "optex/magnitude_bound.hpp"
@@ -78,7 +83,10 @@ using optex::Options;
 using optex::Precision;
 using optex::RmsProp;
 using optex::Sgd;
+using optex::detail::ScopedPrimitives;
 using optex::test::BitEqual;
+using optex::test::DeferredPrimitives;
+using optex::test::DeferredStats;
 using optex::test::EveryConfig;
 using optex::test::OptimizerConfig;
 using optex::test::Quartic;
@@ -97,21 +105,39 @@ constexpr std::size_t kReductionDim = 5000;
 
 // ---- the fixtures: one instance per device ------------------------------------------
 
-class OnDevice : public ::testing::TestWithParam<Device> {
+// The device, and for the CPU whether its primitives are deferred
+// (tests/deferred_primitives.hpp): every call queued until the next wait, the
+// outputs the host could read poisoned until then, as on a device.
+struct DeviceParam {
+  Device device;
+  bool deferred = false;
+};
+// In gtest's messages by name, not as bytes.
+void PrintTo(const DeviceParam& p, std::ostream* os) {
+  *os << p.device.name() << (p.deferred ? " (deferred primitives)" : "");
+}
+
+class OnDevice : public ::testing::TestWithParam<DeviceParam> {
  protected:
   void SetUp() override {
-    if (GetParam().is_cuda()) optex::test::SkipOrFailWithoutGpu();
+    if (on_gpu()) optex::test::SkipOrFailWithoutGpu();
+    // Every engine this test makes on the CPU runs on deferred primitives.
+    if (GetParam().deferred) deferred_.emplace(&DeferredPrimitives::factory, &deferred_stats_);
   }
   void TearDown() override {
+    if (deferred_) {
+      deferred_.reset();
+      EXPECT_GT(deferred_stats_.fetches, 0) << "no engine ran on the deferred primitives";
+    }
     std::error_code ec;
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
-  Device device() const { return GetParam(); }
-  bool on_gpu() const { return GetParam().is_cuda(); }
+  Device device() const { return GetParam().device; }
+  bool on_gpu() const { return GetParam().device.is_cuda(); }
   // o on this test's device.
   Options On(Options o) const {
-    o.device = GetParam();
+    o.device = device();
     return o;
   }
   // The history storages this device offers: bf16 only on a CUDA device.
@@ -135,12 +161,19 @@ class OnDevice : public ::testing::TestWithParam<Device> {
 
  private:
   fs::path dir_;
+  DeferredStats deferred_stats_;
+  std::optional<ScopedPrimitives> deferred_;
 };
 
-// The parameter in the test name: .../cpu, .../cuda0.
-std::string DeviceName(const ::testing::TestParamInfo<Device>& info) {
-  return info.param.is_cuda() ? "cuda" + std::to_string(info.param.index) : std::string("cpu");
+// The parameter in the test name: .../cpu, .../cpu_deferred, .../cuda0.
+std::string DeviceName(const ::testing::TestParamInfo<DeviceParam>& info) {
+  if (info.param.device.is_cuda()) return "cuda" + std::to_string(info.param.device.index);
+  return info.param.deferred ? "cpu_deferred" : "cpu";
 }
+
+// Every instance: the CPU, the CPU on deferred primitives, CUDA device 0.
+const DeviceParam kDevices[] = {
+    {Device::cpu(), false}, {Device::cpu(), true}, {Device::cuda(0), false}};
 
 class EngineInvariant : public OnDevice {};
 class EngineCheckpoint : public OnDevice {};
@@ -148,15 +181,11 @@ class EngineNonFinite : public OnDevice {};
 class EngineBadInput : public OnDevice {};
 
 // tests/CMakeLists.txt runs the instances whose name ends in /cuda* with the
-// ctest label gpu and the others without it.
-INSTANTIATE_TEST_SUITE_P(Devices, EngineInvariant,
-                         ::testing::Values(Device::cpu(), Device::cuda(0)), DeviceName);
-INSTANTIATE_TEST_SUITE_P(Devices, EngineCheckpoint,
-                         ::testing::Values(Device::cpu(), Device::cuda(0)), DeviceName);
-INSTANTIATE_TEST_SUITE_P(Devices, EngineNonFinite,
-                         ::testing::Values(Device::cpu(), Device::cuda(0)), DeviceName);
-INSTANTIATE_TEST_SUITE_P(Devices, EngineBadInput, ::testing::Values(Device::cpu(), Device::cuda(0)),
-                         DeviceName);
+// ctest label gpu and the others (cpu, cpu_deferred) without it.
+INSTANTIATE_TEST_SUITE_P(Devices, EngineInvariant, ::testing::ValuesIn(kDevices), DeviceName);
+INSTANTIATE_TEST_SUITE_P(Devices, EngineCheckpoint, ::testing::ValuesIn(kDevices), DeviceName);
+INSTANTIATE_TEST_SUITE_P(Devices, EngineNonFinite, ::testing::ValuesIn(kDevices), DeviceName);
+INSTANTIATE_TEST_SUITE_P(Devices, EngineBadInput, ::testing::ValuesIn(kDevices), DeviceName);
 
 // ---- optimizers ---------------------------------------------------------------------
 
