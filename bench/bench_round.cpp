@@ -16,6 +16,9 @@
 //   BM_RoundReference/...   the authors' reference settings: Options::reference(5)
 //                           (T0 = 50, no lengthscale selection, the commit from
 //                           the last point) at d = 1e5
+//   BM_Round/d/32/1         a round that makes no prediction (N = 1), next to
+//   BM_PlainStep/d          one plain fused Adam step (optex::apply_step) on
+//                           every core: what such a round costs beyond the step
 //
 // Counters: ask_ms and tell_ms (medians over the iterations, like the reported
 // time, which is their sum per round: manual time); GB (round_bytes / 1e9);
@@ -24,11 +27,14 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "optex/adam.hpp"
 #include "optex/block_pool.hpp"
+#include "optex/optimizer_ranges.hpp"
 #include "optex/options.hpp"
 #include "optex/round_cost.hpp"
 
@@ -99,6 +105,23 @@ void BM_RoundReference(benchmark::State& state) {
   run_rounds(state, shape_of(state), optex::Options::reference(5));
 }
 
+// One Adam step with a given gradient, the memory-bound pass a plain optimizer
+// makes per iteration.
+void BM_PlainStep(benchmark::State& state) {
+  const auto d = static_cast<std::size_t>(state.range(0));
+  const optex::OptimizerRanges adam(optex::Adam{});
+  std::vector<float> x(d, 0.5f), g(d, 0.25f);
+  optex::OptimizerState s = optex::init_state(adam, d);
+  const optex::BlockPool pool(0);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    optex::apply_step(adam, x, s, g, pool);
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.counters["threads"] = pool.threads();
+}
+
 // Rounds at d >= 1e6 move gigabytes: a few timed rounds each.
 void configure(benchmark::internal::Benchmark* b, std::int64_t d) {
   b->UseManualTime()->Unit(benchmark::kMillisecond)->ArgNames({"d", "T0", "N"});
@@ -139,6 +162,15 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark("BM_RoundReference", BM_RoundReference)->Args({100'000, 50, 5}),
       100'000);
   configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({100'000, 50, 5}), 100'000);
+  for (const std::int64_t d : {100'000, 1'000'000}) {
+    configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({d, 32, 1}), d);
+    benchmark::RegisterBenchmark("BM_PlainStep", BM_PlainStep)
+        ->Arg(d)
+        ->ArgName("d")
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(d >= 1'000'000 ? 20 : 100);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
