@@ -90,6 +90,8 @@ class CudaPrimitives final : public detail::DevicePrimitives {
             std::size_t d) override;
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
                     double* sums) override;
+  void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                          float* out) override;
 
   // ---- the one wait, host views (cuda_primitives.cpp) ----
   void fetch(std::span<const detail::Fetch> values) override;

@@ -249,4 +249,10 @@ void CudaPrimitives::mean_of_rows(const float* rows, std::span<const int> which,
   cuda::mean_of_rows(rows, which, device_which, d, mean, scratch_partials, sums, stream());
 }
 
+void CudaPrimitives::mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                                        float* out) {
+  DeviceGuard guard(index_);
+  cuda::mean_in_rank_order(blocks, count, n, out, stream());
+}
+
 }  // namespace optex::cuda

@@ -330,6 +330,21 @@ __global__ void __launch_bounds__(kThreads)
     dst[i] = static_cast<double>(src[i]);
 }
 
+// Per element, in the order of data_parallel.hpp's loops: the first block,
+// then each later one added, then the division.
+__global__ void __launch_bounds__(kThreads)
+    mean_in_rank_order_kernel(const float* __restrict__ blocks, std::size_t count, std::size_t n,
+                              float* __restrict__ out) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const float divisor = static_cast<float>(count);
+  for (std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
+       j += step) {
+    float sum = blocks[j];
+    for (std::size_t r = 1; r < count; ++r) sum += blocks[r * n + j];
+    out[j] = sum / divisor;
+  }
+}
+
 // ---- posterior_variance ----------------------------------------------------------
 
 // One thread: n <= T0 terms, summed in j order in fp64 like the CPU's
@@ -630,6 +645,13 @@ void pair_statistics(const float* a, const float* b, std::size_t d, double* part
 void widen_floats(const float* src, double* dst, std::size_t count, cudaStream_t stream) {
   if (count == 0) return;
   widen_floats_kernel<<<elementwise_blocks(count), kThreads, 0, stream>>>(src, dst, count);
+  OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n, float* out,
+                        cudaStream_t stream) {
+  if (n == 0 || count == 0) return;
+  mean_in_rank_order_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(blocks, count, n, out);
   OPTEX_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -87,6 +87,12 @@ inline constexpr int kMaxInlineMeanRows = 64;
 void mean_of_rows(const float* rows, std::span<const int> which, const int* device_which,
                   std::size_t d, float* mean, double* partials, double* sums, cudaStream_t stream);
 
+// out[j] = (blocks[0][j] + blocks[1][j] + ... + blocks[count-1][j]) / float(count)
+// in fp32, block by block in order, j < n (blocks: count x n, contiguous): the
+// data-parallel group mean, bitwise data_parallel.hpp's mean_in_rank_order.
+void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n, float* out,
+                        cudaStream_t stream);
+
 // ---- the fused optimizer step -------------------------------------------------
 
 // An optimizer state's device rows: slot j's d floats, nullptr where unused.

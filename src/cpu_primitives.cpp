@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "optex/block_pool.hpp"
+#include "optex/data_parallel.hpp"
 #include "optex/detail/allocation.hpp"
 #include "optex/detail/device_primitives.hpp"
 #include "optex/streaming.hpp"
@@ -187,6 +188,11 @@ class CpuPrimitives final : public DevicePrimitives {
     }
     sums[0] = mean_norm;
     sums[1] = spread;
+  }
+
+  void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                          float* out) override {
+    optex::mean_in_rank_order({blocks, count * n}, {out, n});
   }
 
   void fetch(std::span<const Fetch> values) override {

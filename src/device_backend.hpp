@@ -83,6 +83,11 @@ class DeviceBackend final : public EngineBackend {
   void expand_points(Batch& chain, std::span<const int> evaluations, Batch& rows) override;
   double reduce_evaluations(Batch& rows, std::span<const char> admissible,
                             std::span<const int> evaluations, Batch& chain) override;
+  void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                          float* out) override {
+    p_->mean_in_rank_order(blocks, count, n, out);
+    p_->fetch({});
+  }
 
   void check_gradients(Batch& batch, std::span<char> finite) override;
   bool stage_step(Batch& batch, int c) override;

@@ -105,11 +105,6 @@ DistributedEngine::DistributedEngine(Engine engine, Communicator& communicator,
                                   " communicator's gradient rows live on " + rows.name() +
                                   ", the engine on " + engine_.device().name());
     }
-    if (rows.is_cuda() && d > 1) {
-      throw std::invalid_argument("data_parallel: " + std::to_string(d) +
-                                  " needs a communicator with host rows (in-process or MPI); "
-                                  "the group mean over device rows is not implemented");
-    }
   });
   groups_ = world / distributed_.data_parallel;
   check_same_configuration();
@@ -117,8 +112,10 @@ DistributedEngine::DistributedEngine(Engine engine, Communicator& communicator,
     group_comm_ = world_->split(group(), data_rank());
     peer_comm_ = world_->split(data_rank(), group());
     const auto rows_here = static_cast<std::size_t>(my_points().count);
-    group_rows_.resize(static_cast<std::size_t>(distributed_.data_parallel) * rows_here *
-                       engine_.dim());
+    // Where the communicator keeps its rows: the GPU's for NCCL, else the host's.
+    group_rows_ = detail::DeviceFloats(
+        world_->row_device(),
+        static_cast<std::size_t>(distributed_.data_parallel) * rows_here * engine_.dim());
   }
   check_same_state();
   share_the_cores();
@@ -256,7 +253,12 @@ void DistributedEngine::average_over_group(Batch&, std::span<float> rows) {
   group_comm_->all_gather_floats(mine.data(), group_rows_.data(), counts);
   stats_.bytes_sent += count * sizeof(float);
   ++stats_.collectives;
-  mean_in_rank_order(group_rows_, mine);
+  const auto ranks = static_cast<std::size_t>(distributed_.data_parallel);
+  if (world_->row_device().is_cuda()) {
+    detail::group_mean(engine_, group_rows_.data(), ranks, count, mine.data());  // on the GPU
+  } else {
+    mean_in_rank_order({group_rows_.data(), ranks * count}, mine);
+  }
 }
 
 void DistributedEngine::gather_groups(std::span<float> rows) {

@@ -83,6 +83,11 @@ std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
 
 }  // namespace
 
+void detail::group_mean(Engine& engine, const float* blocks, std::size_t count, std::size_t n,
+                        float* out) {
+  engine.backend().mean_in_rank_order(blocks, count, n, out);
+}
+
 Engine::Engine(std::span<const float> x0, OptimizerRanges optimizer, Options options)
     : Engine(x0, std::move(optimizer), std::move(options), CoordinateShard::whole(x0.size())) {}
 

@@ -48,11 +48,6 @@ void check_arguments(std::span<const float> x0, const OptimizerRanges& optimizer
                                 "engine an in-process or MPI one)");
   }
   const int d = distributed.data_parallel;
-  if (options.device.is_cuda() && d > 1) {
-    throw std::invalid_argument("data_parallel: " + std::to_string(d) +
-                                " on device rows: the group mean over device rows is not "
-                                "implemented; use host rows or data_parallel = 1");
-  }
   if (comm.size() % d != 0) {
     throw std::invalid_argument("data_parallel: " + std::to_string(d) +
                                 " does not divide the world size " + std::to_string(comm.size()));
@@ -182,7 +177,7 @@ ShardedEngine::ShardedEngine(Parts parts, Communicator& communicator,
   batch_.losses_.assign(rows, 0.0);
   batch_.seeds_.assign(rows, 0);
   if (distributed_.data_parallel > 1)
-    received_.assign(static_cast<std::size_t>(w) * shard_.size, 0);
+    received_ = detail::DeviceFloats(engine_.device(), static_cast<std::size_t>(w) * shard_.size);
   check_same_configuration();
   check_same_state();
   if (engine_.options().threads == 0) {
@@ -274,9 +269,11 @@ void ShardedEngine::send_gradients(int k, Batch& slices) {
   for (int g = 0; g < groups_; ++g) {
     const PointRange rows = points_of_group(g);
     if (k >= rows.count) continue;
-    const std::span<const float> group(received_.data() + static_cast<std::size_t>(g * d) * s,
-                                       static_cast<std::size_t>(d) * s);
-    mean_in_rank_order(group, {grads + static_cast<std::size_t>(rows.first + k) * s, s});
+    // In the engine's memory, with its device's arithmetic (the CPU's is
+    // data_parallel.hpp's mean_in_rank_order).
+    detail::group_mean(engine_, received_.data() + static_cast<std::size_t>(g * d) * s,
+                       static_cast<std::size_t>(d), s,
+                       grads + static_cast<std::size_t>(rows.first + k) * s);
   }
 }
 

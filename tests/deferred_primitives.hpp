@@ -188,6 +188,12 @@ class DeferredPrimitives final : public detail::DevicePrimitives {
     enqueue([p = inner_.get(), rows, w = std::vector<int>(which.begin(), which.end()), d, mean,
              sums] { p->mean_of_rows(rows, w, d, mean, sums); });
   }
+  void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                          float* out) override {
+    enqueue([p = inner_.get(), blocks, count, n, out] {
+      p->mean_in_rank_order(blocks, count, n, out);
+    });
+  }
 
   // ---- the one wait ----
   void fetch(std::span<const detail::Fetch> values) override {

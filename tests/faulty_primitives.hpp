@@ -238,6 +238,11 @@ class FaultyPrimitives final : public detail::DevicePrimitives {
     if (control_->on_call("mean_of_rows", FaultControl::Call::enqueues)) return;
     inner_->mean_of_rows(rows, which, d, mean, sums);
   }
+  void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                          float* out) override {
+    if (control_->on_call("mean_in_rank_order", FaultControl::Call::enqueues)) return;
+    inner_->mean_in_rank_order(blocks, count, n, out);
+  }
 
   void fetch(std::span<const detail::Fetch> values) override {
     control_->on_call("fetch", FaultControl::Call::waits);

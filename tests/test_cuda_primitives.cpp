@@ -746,4 +746,21 @@ TEST_F(CudaPrimitives, MeanOfRowsIsTheCpuMean) {
   }
 }
 
+// The data-parallel group mean: elementwise, so bitwise the CPU's (and so
+// data_parallel.hpp's mean_in_rank_order), for 1, 2, 3 and 8 blocks.
+TEST_F(CudaPrimitives, MeanInRankOrderIsTheCpuBitForBit) {
+  std::mt19937 rng(10);
+  for (const std::size_t d : kDims) {
+    for (const std::size_t count : {1u, 2u, 3u, 8u}) {
+      SCOPED_TRACE("d " + std::to_string(d) + ", " + std::to_string(count) + " blocks");
+      const std::vector<float> blocks = Normal(rng, count * d, 3.0);
+      float* gm = gpu_->floats(d);
+      float* cm = cpu_->floats(d);
+      gpu_->mean_in_rank_order(Floats(*gpu_, blocks), count, d, gm);
+      cpu_->mean_in_rank_order(Floats(*cpu_, blocks), count, d, cm);
+      EXPECT_TRUE(BitEqual(Get(*gpu_, gm, d), Get(*cpu_, cm, d)));
+    }
+  }
+}
+
 }  // namespace

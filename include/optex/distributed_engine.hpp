@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "optex/communicator.hpp"
+#include "optex/detail/device_floats.hpp"
 #include "optex/engine.hpp"
 #include "optex/point_split.hpp"
 
@@ -211,7 +212,7 @@ class DistributedEngine {
   std::unique_ptr<Communicator> peer_comm_;
   // Failures recorded by fail() since the last ask().
   std::vector<detail::PointFailure> failures_;
-  std::vector<float> group_rows_;  // D x (this group's rows), D > 1 only
+  detail::DeviceFloats group_rows_;  // D x (this group's rows), D > 1 only, where the rows are
   CommunicationStats stats_;
 };
 

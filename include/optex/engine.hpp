@@ -56,6 +56,14 @@ class EngineBackend;
 // Proxy::target, whose proxy steps use true gradients.
 using GradientOracle = std::function<double(std::span<const float> x, std::span<float> g)>;
 
+class Engine;
+namespace detail {
+// The data-parallel group mean of `count` blocks of n floats into `out`, in
+// the engine's memory (its device's, or the host's), with the engine's
+// device's arithmetic; for the distributed and sharded engines' device rows.
+void group_mean(Engine& engine, const float* blocks, std::size_t count, std::size_t n, float* out);
+}  // namespace detail
+
 class Engine {
  public:
   // `optimizer`: one base optimizer for every coordinate (Adam{...}), or
@@ -216,6 +224,7 @@ class Engine {
 
  private:
   friend struct SnapshotAccess;
+  friend void detail::group_mean(Engine&, const float*, std::size_t, std::size_t, float*);
   // from_snapshot() without its checks: for load(), which has validated the
   // snapshot it read and resolved the options it resumes with.
   static Engine from_validated_snapshot(EngineSnapshot snapshot, const Options& options);

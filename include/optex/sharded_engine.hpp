@@ -38,6 +38,7 @@
 
 #include "optex/communicator.hpp"
 #include "optex/coordinate_shard.hpp"
+#include "optex/detail/device_floats.hpp"
 #include "optex/distributed_engine.hpp"
 #include "optex/engine.hpp"
 #include "optex/sharded_batch.hpp"
@@ -167,7 +168,7 @@ class ShardedEngine {
   ShardMemory memory_;
   ShardedBatch batch_;
   std::vector<detail::PointFailure> failures_;
-  std::vector<float> received_;  // W slices of one row: a round's group contributions
+  detail::DeviceFloats received_;  // W slices of one row: a round's group contributions
 };
 
 }  // namespace optex

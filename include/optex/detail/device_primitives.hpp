@@ -174,6 +174,12 @@ class DevicePrimitives : public DeviceRows {
   virtual void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d,
                             float* mean, double* sums) = 0;
 
+  // out[j] := (blocks[0][j] + blocks[1][j] + ...) / count, summed in fp32 block
+  // by block in order (blocks: count x n, contiguous): the data-parallel
+  // group mean of data_parallel.hpp, j < n.
+  virtual void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                                  float* out) = 0;
+
   // ---- the one wait ----
   // Copies each value to the host once everything enqueued before has
   // finished, then returns. Throws for any error of enqueued work.

@@ -161,6 +161,11 @@ class EngineBackend {
   virtual void expand_points(Batch& chain, std::span<const int> evaluations, Batch& rows) = 0;
   virtual double reduce_evaluations(Batch& rows, std::span<const char> admissible,
                                     std::span<const int> evaluations, Batch& chain) = 0;
+  // The data-parallel group mean (data_parallel.hpp) of `count` blocks of n
+  // floats in this backend's memory into `out`, there too; returns once it
+  // is done (a communicator reads `out` next, on its own stream).
+  virtual void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,
+                                  float* out) = 0;
 
   // Uploads rows the caller wrote through host views, then sets finite[i] to
   // whether gradient row i is finite and within magnitude_bound(d).
