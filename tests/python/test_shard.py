@@ -296,11 +296,11 @@ def test_shard_of_and_slice_ranges() -> None:
 
 # What each call of the sums does in a round of a lone slice after warm-up: ask
 # completes N - 1 GP distances and one flag; tell completes the rows' finiteness
-# (twice: tell's own check and the commit's), the commit step's, the commit
-# statistics (4 per compared prediction, 2 more) and, last, the statistics of the
-# N new history pairs against the 2N pairs then held (2 rows of 2N and a norm each).
+# (twice: tell's own check and the commit's), the commit step's, and, in one call,
+# the commit statistics (4 per compared prediction, 2 more) with the statistics of
+# the N new history pairs against the 2N pairs then held (2 rows of 2N and a norm each).
 ASK = [("sum", 3), ("sum", 3), ("all", 1)]
-TELL = [("all", N), ("all", N), ("all", 1), ("sum", 10), ("sum", N * (2 * 2 * N + 1))]
+TELL = [("all", N), ("all", N), ("all", 1), ("sum", 10 + N * (2 * 2 * N + 1))]
 
 
 def warmed_up() -> tuple[optex.OptEx, Sums, optex.OptEx]:
