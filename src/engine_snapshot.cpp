@@ -13,6 +13,7 @@
 #include "optex/engine.hpp"
 #include "optex/magnitude_bound.hpp"
 #include "resumed_options.hpp"
+#include "steppable_state.hpp"
 
 namespace optex {
 namespace {
@@ -143,6 +144,8 @@ Engine Engine::from_snapshot(EngineSnapshot snapshot, const CoordinateShard& sha
                           "points, gradients: a value above " + std::to_string(bound) +
                               ", the magnitude bound for dimension " + std::to_string(shard.dim));
   }
+  detail::check_steppable(snapshot, snapshot.optimizer.for_dimension(snapshot.iterate.size()),
+                          bound);
   const Options options = snapshot.options;
   return SnapshotAccess::build(std::move(snapshot), options, shard);
 }

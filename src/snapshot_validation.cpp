@@ -10,6 +10,7 @@
 #include "optex/adaptive_split.hpp"
 #include "optex/engine_snapshot.hpp"
 #include "optex/magnitude_bound.hpp"
+#include "steppable_state.hpp"
 
 namespace optex {
 namespace {
@@ -213,6 +214,9 @@ void validate(const EngineSnapshot& s) {
   require_non_negative(SnapshotField::evaluations, "evaluations", s.evaluations);
   check_history(s, d);
   check_round_state(s);
+  // Last: every value is in range on its own; whether the state can take a
+  // step is a property of all of them together.
+  detail::check_steppable(s, ranges, magnitude_bound(d));
 }
 
 }  // namespace optex

@@ -412,6 +412,23 @@ TEST_F(HostileCheckpoint, OptimizerStateOutOfRangeIsRefusedNamingTheSlot) {
   }
 }
 
+// Finite values that no step can leave: every later tell() would refuse its commit.
+TEST_F(HostileCheckpoint, AStateThatCannotTakeAStepIsRefused) {
+  ExpectRefused(With(Element(l_.slot_count[0], 2, 4), 3e38f),
+                "optimizer state exp_avg (slot 0), element 2: cannot take a step");
+  // A huge second moment only makes the step small: it loads, and the engine steps.
+  {
+    std::vector<char> bytes = With(Element(l_.slot_count[1], 2, 4), 3e38f);
+    FixChecksum(bytes);
+    EXPECT_EQ(Load(bytes), Outcome::loaded);
+  }
+  const std::vector<char> sgd = Saved(optex::Sgd{.lr = 0.02, .momentum = 0.9});
+  const Layout l = Walk(sgd);
+  std::vector<char> bytes = sgd;
+  Set(bytes, Element(l.slot_count[0], 1, 4), -3e38f);
+  ExpectRefused(bytes, "optimizer state momentum_buffer (slot 0), element 1: cannot take a step");
+}
+
 // A range's step offset: never negative, never beyond the state's step (format 5).
 TEST_F(HostileCheckpoint, StepOffsetsOutOfRangeAreRefusedNamingTheRange) {
   const auto step = Get<std::int64_t>(adam_, l_.step);

@@ -353,6 +353,36 @@ TEST(EngineSnapshotValidation, IterateAndStateAreChecked) {
   EXPECT_NO_THROW(validate(Edited(Good(), [](auto& s) { s.state.slots[0][1] = -1.0f; })));
 }
 
+// Values each in range, together a state no step can leave (docs/DESIGN.md
+// section 6): the step a zero gradient gives must stay within the bounds tell()
+// commits, or every later tell() would refuse.
+TEST(EngineSnapshotValidation, AStateThatCannotTakeAStepIsRefused) {
+  using F = SnapshotField;
+  ExpectRefused(Edited(Good(), [](auto& s) { s.state.slots[0][3] = 3e38f; }),
+                {F::slot, 0, 3, "optimizer state exp_avg (slot 0), element 3: cannot take a step"});
+  ExpectRefused(Edited(Good(), [](auto& s) { s.state.slots[0][4] = -1e30f; }),
+                {F::slot, 0, 4, "cannot take a step"});
+  // Large moments whose step is ordinary load, and the engine built from them steps.
+  for (const auto& edit : std::vector<std::function<void(EngineSnapshot&)>>{
+           [](EngineSnapshot& s) { s.state.slots[1][3] = 3e38f; },
+           [](EngineSnapshot& s) {
+             s.state.slots[0][3] = 1e20f;
+             s.state.slots[1][3] = 1e38f;
+           }}) {
+    Engine e = Engine::from_snapshot(Edited(Good(), edit));
+    EXPECT_NO_THROW(Step(e));
+  }
+  // An optimizer without state: SGD's step with a zero gradient never moves.
+  Engine plain(UniformStart(5, 4), Sgd{.lr = 0.5}, With(4, 8, 3));
+  Step(plain);
+  EXPECT_NO_THROW(validate(plain.snapshot()));
+  // The momentum buffer: the step is lr times it.
+  Engine momentum(UniformStart(5, 4), Sgd{.lr = 0.5, .momentum = 0.9}, With(4, 8, 3));
+  Step(momentum);
+  ExpectRefused(Edited(momentum.snapshot(), [](auto& s) { s.state.slots[0][0] = 3e38f; }),
+                {F::slot, 0, 0, "optimizer state momentum_buffer (slot 0), element 0: cannot"});
+}
+
 TEST(EngineSnapshotValidation, ScalarsAndRoundStateAreChecked) {
   using F = SnapshotField;
   for (const double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {

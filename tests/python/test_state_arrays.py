@@ -340,6 +340,11 @@ HOSTILE = [
     ("mixed_kinds", edit("optimizer.1", {"size": 3, "kind": "Sgd", "step_offset": 0, "lr": 0.1, "momentum": 0.0,
                                           "nesterov": False, "weight_decay": 0.0}),
      r"^optimizer: optimizer ranges: range 1 is sgd but range 0 is adam"),
+    # Finite values that no step can leave (each tell() would refuse its commit).
+    ("first_moment_no_step_can_leave", element("slots.exp_avg", 2, 3e38),
+     r"^slots\['exp_avg'\]: optimizer state exp_avg \(slot 0\), element 2: cannot take a step"),
+    ("first_moment_far_too_large", element("slots.exp_avg", 4, -1e30),
+     r"^slots\['exp_avg'\]: optimizer state exp_avg \(slot 0\), element 4: cannot take a step"),
     ("offset_beyond_step", edit("optimizer.1.step_offset", lambda _: 10**6),
      r"^optimizer\[1\]\['step_offset'\]: optimizer range 1 step_offset is 1000000, beyond the optimizer state's "
      r"step"),
@@ -354,6 +359,14 @@ def test_every_hostile_state_is_refused_naming_its_key(name, mutate, message) ->
     with pytest.raises(ValueError, match=message):
         optex.OptEx.from_state_arrays(state)
     assert same(state, given), "the refused state was changed"
+
+
+def test_a_huge_state_whose_step_is_ordinary_loads_and_steps() -> None:
+    state = good()
+    state["slots"]["exp_avg_sq"][3] = 3e38
+    opt = optex.OptEx.from_state_arrays(state)
+    run(opt, 2)
+    assert opt.iteration == state["iteration"] + 2
 
 
 def test_slots_the_optimizer_does_not_keep_are_refused() -> None:
