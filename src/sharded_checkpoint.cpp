@@ -1,20 +1,56 @@
 // Checkpoints of a sharded run: one Engine checkpoint per rank (its slice)
-// beside a manifest at the path the caller names.
+// beside a manifest at the path the caller names (DESIGN.md section 6).
 //
-//   <path>                      the manifest (text): ranks, d, the generation
-//                               in use, the iteration, the whole ranges' sizes,
-//                               and a tag per rank binding its slice file
-//   <path>.shard-<r>-of-<W>.<g> rank r's slice, g = a or b
+//   <path>                           the manifest (text, format 2): ranks, d,
+//                                    the save's token, the iteration, the
+//                                    whole ranges' sizes, a tag per rank
+//                                    binding its slice file, and a checksum
+//                                    of every line before it
+//   <path>.shard-<r>-of-<W>.<token>  rank r's slice; the token (16 hex digits,
+//                                    64 bits of the OS's entropy drawn by rank
+//                                    0) is new for every save
 //
-// save() writes the generation the manifest does not name, and only when every
-// rank has written its file does rank 0 replace the manifest atomically: a
-// failure anywhere leaves the manifest naming the previous, complete set.
-// load() reads the manifest on every rank, each rank its slice file, checks
-// each file's tag and that the ranks hold the same shared state.
+// A save is atomic as a set: every rank writes its slice under the save's own
+// token (each file atomically), and only when every rank has written does
+// rank 0 replace the manifest atomically, naming exactly those files. No other
+// save writes to them, so whichever manifest lands last names a complete set,
+// and a failure anywhere leaves the manifest naming the previous one. After
+// its manifest is in place, rank 0 removes the files of the set it replaced:
+// a manifest seen at the path before this save's rename can never be there
+// again (every token is written once), so nothing can name them any more.
+// Rank 0 holds a lock on the directory (flock, best effort) from reading the
+// manifest it replaces to removing its files, so that two saves to one path
+// know exactly what each replaced. A save that fails removes the slice files
+// it wrote. What can be left behind: the files of a save that crashed before
+// its manifest landed, or, where the directory cannot be locked, of a save
+// whose manifest a concurrent save replaced unseen; never a file a manifest
+// names. Format 1 (generations a and b, `<path>.shard-<r>-of-<W>.<a|b>`) is
+// still read.
+//
+// load() reads the manifest on rank 0 and gives every rank its bytes; every
+// rank parses it strictly (each line exactly its key and values, single
+// spaces, canonical numbers, the checksum), reads its slice file, checks its
+// tag, and the ranks check the whole ranges against every slice and compare
+// their shared state. A load that finds the files of a manifest gone because a
+// save replaced it meanwhile reads the new manifest and tries again.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <cstring>
-#include <sstream>
+#include <filesystem>
+#include <optional>
+#include <random>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -25,116 +61,104 @@
 #include "optex/random.hpp"
 #include "rank_agreement.hpp"
 #include "sharded_engine_parts.hpp"
+#include "sharded_manifest.hpp"
 
 namespace optex {
 namespace {
 
+using detail::bound_tag;
 using detail::collectively;
+using detail::hash_text;
+using detail::hex;
+using detail::kTokenDigits;
+using detail::parse_manifest;
+using detail::read_text;
+using detail::shard_path;
+using detail::try_read_manifest;
+using Manifest = detail::ShardedManifest;
 
-constexpr const char* kManifestHeader = "optex sharded checkpoint 1";
+constexpr int kLoadAttempts = 16;
+constexpr auto kLockPatience = std::chrono::seconds(10);
 
-struct Manifest {
-  int ranks = 0;
-  std::size_t dim = 0;
-  char generation = 'a';
-  std::int64_t iteration = 0;
-  std::vector<std::size_t> range_sizes;  // the whole vector's optimizer ranges
-  std::vector<std::uint64_t> tags;       // per rank: slice_tag of its file
-};
-
-std::string shard_path(const std::string& path, int rank, int ranks, char generation) {
-  return path + ".shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + "." +
-         generation;
+// A save's token: 64 bits of the OS's entropy, mixed with the clock, the
+// process and a counter in case the entropy source repeats itself.
+std::string new_token() {
+  static std::atomic<std::uint64_t> counter{0};
+  std::random_device device;
+  const std::uint64_t entropy = (std::uint64_t{device()} << 32) ^ device();
+  const auto now = static_cast<std::uint64_t>(
+      std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  return hex(mix_seed(entropy, mix_seed(now ^ (static_cast<std::uint64_t>(::getpid()) << 32),
+                                        counter.fetch_add(1))));
 }
 
-// Binds a slice file to its checkpoint: the shared state and the slice's iterate.
+// Format 1's tag, and format 2's before it is bound to the manifest: the
+// shared state and the slice's iterate.
 std::uint64_t slice_tag(const Engine& engine) {
   const std::span<const float> x = engine.iterate();
   return mix_seed(detail::shared_state_hash(engine),
                   fnv1a64(reinterpret_cast<const unsigned char*>(x.data()), x.size_bytes()));
 }
 
-std::string manifest_text(const Manifest& m) {
-  std::ostringstream out;
-  out << kManifestHeader << "\nranks " << m.ranks << "\ndim " << m.dim << "\ngeneration "
-      << m.generation << "\niteration " << m.iteration << "\nranges " << m.range_sizes.size();
-  for (std::size_t size : m.range_sizes) out << ' ' << size;
-  for (int r = 0; r < m.ranks; ++r)
-    out << "\ntag " << r << ' ' << m.tags[static_cast<std::size_t>(r)];
-  out << '\n';
-  return out.str();
+// Whether the manifest at `path` is certainly not `text` (nothing there, or
+// something else): then no manifest names the files of the save that wrote
+// `text`, and none ever will.
+bool certainly_not(const std::string& path, const std::string& text) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT || errno == ENOTDIR;
+  if (!S_ISREG(st.st_mode)) return true;
+  try {
+    return read_text(path) != text;
+  } catch (const std::exception&) {
+    return false;  // cannot tell: keep the files
+  }
 }
 
-// Reads one "<key> <values...>" line; anything else throws naming the line.
-class ManifestReader {
+void remove_quietly(const std::string& file) {
+  std::error_code ignored;
+  std::filesystem::remove(file, ignored);
+}
+
+// Removes the slice files a manifest names (format 1: both generations).
+void remove_set(const std::string& path, const Manifest& m) {
+  std::vector<std::string> suffixes{m.suffix};
+  if (m.version == 1) suffixes = {"a", "b"};
+  for (const std::string& suffix : suffixes) {
+    for (int r = 0; r < m.ranks; ++r) remove_quietly(shard_path(path, r, m.ranks, suffix));
+  }
+}
+
+// An exclusive flock on the directory of `path`, held while it lives; none
+// when the file system has no such locks or another holder keeps it past
+// `patience` (the rules of save() keep every manifest's files without it).
+class DirectoryLock {
  public:
-  ManifestReader(const std::string& path, const std::vector<char>& bytes)
-      : path_(path), in_(std::string(bytes.begin(), bytes.end())) {}
-  [[noreturn]] void fail(const std::string& why) const {
-    throw std::runtime_error("sharded checkpoint '" + path_ + "': line " + std::to_string(line_) +
-                             ": " + why);
+  DirectoryLock(const std::string& path, std::chrono::duration<double> patience) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(patience);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() > deadline) {
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
-  std::istringstream line(const std::string& key) {
-    std::string text;
-    ++line_;
-    if (!std::getline(in_, text)) fail("missing (expected '" + key + "'): truncated");
-    std::istringstream fields(text);
-    std::string got;
-    if (!(fields >> got) || got != key) fail("expected '" + key + "', got '" + text + "'");
-    return fields;
-  }
-  template <class T>
-  T number(std::istringstream& fields, const std::string& what, T lo, T hi) {
-    T v{};
-    if (!(fields >> v) || v < lo || v > hi) fail(what + ": not a number in range");
-    return v;
-  }
-  void header() {
-    std::string text;
-    ++line_;
-    if (!std::getline(in_, text) || text != kManifestHeader) fail("not a sharded optex checkpoint");
-  }
-  void end() {
-    std::string rest;
-    if (in_ >> rest) fail("unexpected text after the last tag");
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
   }
 
  private:
-  std::string path_;
-  std::istringstream in_;
-  int line_ = 0;
+  int fd_ = -1;
 };
-
-Manifest read_manifest(const std::string& path) {
-  ManifestReader r(path, detail::read_regular_file("sharded checkpoint", path));
-  Manifest m;
-  r.header();
-  auto ranks = r.line("ranks");
-  m.ranks = r.number(ranks, "ranks", 1, 1 << 20);
-  auto dim = r.line("dim");
-  m.dim = r.number<std::size_t>(dim, "dim", 1, std::size_t{1} << 48);
-  auto generation = r.line("generation");
-  std::string g;
-  if (!(generation >> g) || (g != "a" && g != "b")) r.fail("generation: must be a or b");
-  m.generation = g[0];
-  auto iteration = r.line("iteration");
-  m.iteration = r.number<std::int64_t>(iteration, "iteration", 0, INT64_MAX);
-  auto ranges = r.line("ranges");
-  const auto count = r.number<std::size_t>(ranges, "ranges", 1, m.dim);
-  std::size_t total = 0;
-  for (std::size_t k = 0; k < count; ++k) {
-    m.range_sizes.push_back(r.number<std::size_t>(ranges, "range size", 1, m.dim - total));
-    total += m.range_sizes.back();
-  }
-  if (total != m.dim) r.fail("ranges: sizes add up to " + std::to_string(total) + ", not dim");
-  for (int k = 0; k < m.ranks; ++k) {
-    auto tag = r.line("tag");
-    if (r.number(tag, "tag rank", 0, m.ranks - 1) != k) r.fail("tags out of order");
-    m.tags.push_back(r.number<std::uint64_t>(tag, "tag", 0, UINT64_MAX));
-  }
-  r.end();
-  return m;
-}
 
 // One rank's part of the whole optimizer ranges: each of its slice's ranges
 // at its offset in the whole vector. Trivially copyable, so the ranks can
@@ -145,17 +169,11 @@ struct Piece {
 };
 static_assert(std::is_trivially_copyable_v<Piece>);
 
-// Collective: the whole vector's ranges from the slices' (each rank read its
-// own from its file) and the sizes in the manifest.
-OptimizerRanges whole_ranges(const Engine& slice, const Manifest& m, Communicator& comm) {
-  std::vector<Piece> mine;
-  std::size_t at = slice.shard().offset;
-  for (const OptimizerRange& r : slice.optimizer_ranges().ranges()) {
-    mine.push_back({at, r});
-    at += r.size;
-  }
-  const std::vector<std::string> all = comm.all_gather_text(
-      std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(Piece)));
+// The whole vector's ranges from the slices' (each rank read its own from its
+// file, `all` holds every rank's pieces) and the sizes in the manifest;
+// refused unless cutting them to this rank's slice gives its ranges exactly.
+OptimizerRanges whole_ranges(const Engine& slice, const Manifest& m,
+                             const std::vector<std::string>& all, const std::string& path) {
   std::vector<Piece> pieces;
   for (const std::string& bytes : all) {
     for (std::size_t k = 0; k + sizeof(Piece) <= bytes.size(); k += sizeof(Piece)) {
@@ -170,13 +188,22 @@ OptimizerRanges whole_ranges(const Engine& slice, const Manifest& m, Communicato
     const auto first = std::find_if(pieces.begin(), pieces.end(),
                                     [&](const Piece& p) { return p.offset == offset; });
     if (first == pieces.end()) {
-      throw std::runtime_error("sharded checkpoint: no slice file holds the range at coordinate " +
+      throw std::runtime_error("sharded checkpoint '" + path +
+                               "': no slice file holds the range at coordinate " +
                                std::to_string(offset) + " the manifest names");
     }
     whole.push_back({size, first->range.optimizer, first->range.step_offset});
     offset += size;
   }
-  return OptimizerRanges(std::move(whole));
+  OptimizerRanges ranges(std::move(whole));
+  if (!(slice_ranges(ranges, slice.shard().offset, slice.shard().size) ==
+        slice.optimizer_ranges())) {
+    throw std::runtime_error("sharded checkpoint '" + path +
+                             "': the manifest's ranges do not cut into the ranges of the slice "
+                             "at coordinate " +
+                             std::to_string(slice.shard().offset));
+  }
+  return ranges;
 }
 
 }  // namespace
@@ -189,82 +216,148 @@ void ShardedEngine::save(const std::string& path) {
           "save: a batch is pending (ask() without tell()); save after tell()");
     }
   });
-  if (!detail::ranks_differing_from_rank0(
-           *world_, fnv1a64(reinterpret_cast<const unsigned char*>(path.data()), path.size()))
-           .empty()) {
+  if (!detail::ranks_differing_from_rank0(*world_, hash_text(path)).empty()) {
     throw std::invalid_argument(
         "path: the ranks passed different paths; every rank must pass the "
         "same");
   }
-  // The generation the manifest does not name (a without a readable one).
-  char generation = 'a';
-  if (rank() == 0) {
-    try {
-      generation = read_manifest(path).generation == 'a' ? 'b' : 'a';
-    } catch (const std::exception&) {
-    }
-  }
-  world_->broadcast(std::span<char>(&generation, 1), 0);
-  collectively(*world_, "ShardedEngine::save", false,
-               [&] { engine_.save(shard_path(path, rank(), world_size(), generation)); });
+  std::array<char, kTokenDigits> token{};
+  if (rank() == 0) std::ranges::copy(new_token(), token.begin());
+  world_->broadcast(std::span<char>(token), 0);
+
   Manifest m;
   m.ranks = world_size();
   m.dim = shard_.dim;
-  m.generation = generation;
+  m.suffix = std::string(token.data(), token.size());
   m.iteration = engine_.iteration();
   for (const OptimizerRange& r : optimizer_.ranges()) m.range_sizes.push_back(r.size);
+
+  // Every rank its slice. A failure anywhere: each rank removes the file it
+  // wrote (rank 0 writes the manifest only after every rank has written and
+  // sent its tag, so no manifest names it).
+  const std::string mine = shard_path(path, rank(), world_size(), m.suffix);
+  bool wrote = false;
+  try {
+    collectively(*world_, "ShardedEngine::save", false, [&] {
+      engine_.save(mine);
+      wrote = true;
+    });
+  } catch (...) {
+    if (wrote) remove_quietly(mine);
+    throw;
+  }
+  m.content = hash_text(manifest_head(m));
   m.tags.resize(static_cast<std::size_t>(world_size()));
-  const std::uint64_t tag = slice_tag(engine_);
+  const std::uint64_t tag = bound_tag(m.content, rank(), slice_tag(engine_));
   world_->all_gather(std::span<const std::uint64_t>(&tag, 1), std::span<std::uint64_t>(m.tags));
-  collectively(*world_, "ShardedEngine::save", false, [&] {
-    if (rank() != 0) return;
-    const std::string text = manifest_text(m);
-    const std::span<const char> pieces[] = {{text.data(), text.size()}};
-    detail::write_file_atomically("sharded checkpoint", path, pieces);
-  });
+
+  // Rank 0 replaces the manifest, under the directory lock, knowing what it replaces.
+  const std::string text = rank() == 0 ? manifest_text(m) : std::string();
+  std::optional<DirectoryLock> lock;
+  std::optional<Manifest> replaced;
+  try {
+    collectively(*world_, "ShardedEngine::save", false, [&] {
+      if (rank() != 0) return;
+      // Waiting at most half the time the other ranks wait for rank 0.
+      lock.emplace(path,
+                   std::min<std::chrono::duration<double>>(kLockPatience, world_->timeout() / 2));
+      replaced = try_read_manifest(path);
+      const std::span<const char> pieces[] = {{text.data(), text.size()}};
+      detail::write_file_atomically("sharded checkpoint", path, pieces);
+    });
+  } catch (...) {
+    // The other ranks cannot know whether the manifest landed; rank 0 removes
+    // the new set unless it is named.
+    if (rank() == 0 && certainly_not(path, text)) remove_set(path, m);
+    throw;
+  }
+  if (rank() != 0) return;
+  // The manifest seen before the rename can never be at the path again.
+  if (replaced && replaced->suffix != m.suffix) remove_set(path, *replaced);
+  // Without the lock a concurrent save may have replaced ours already.
+  if (certainly_not(path, text)) remove_set(path, m);
 }
 
 ShardedEngine ShardedEngine::load(const std::string& path, Communicator& communicator,
                                   DistributedOptions distributed) {
-  Manifest m;
-  CoordinateShard shard;
-  collectively(communicator, "ShardedEngine::load", false, [&] {
-    detail::check_file_path("path", path);
-    m = read_manifest(path);
-    if (m.ranks != communicator.size()) {
-      throw std::runtime_error("sharded checkpoint '" + path + "': saved by " +
-                               std::to_string(m.ranks) + " ranks, loaded by " +
-                               std::to_string(communicator.size()) +
-                               " (a sharded checkpoint resumes on the same number of ranks)");
-    }
-    shard = shard_of(m.dim, m.ranks, communicator.rank());
-  });
-  Parts parts;
-  parts.stats = std::make_unique<CommunicationStats>();
-  parts.sums = std::make_unique<CommunicatorSums>(communicator, parts.stats.get());
-  shard.sums = parts.sums.get();
-  collectively(communicator, "ShardedEngine::load", false, [&] {
-    const std::string file = shard_path(path, communicator.rank(), m.ranks, m.generation);
-    EngineSnapshot snapshot = detail::read_checkpoint(file);
-    const auto fail = [&](const std::string& why) {
-      throw std::runtime_error("sharded checkpoint '" + file + "': " + why);
-    };
-    if (snapshot.iterate.size() != shard.size || snapshot.iteration != m.iteration) {
-      fail("holds " + std::to_string(snapshot.iterate.size()) + " coordinates at iteration " +
-           std::to_string(snapshot.iteration) + ", the manifest expects " +
-           std::to_string(shard.size) + " at iteration " + std::to_string(m.iteration));
-    }
+  for (int attempt = 1;; ++attempt) {
+    // Rank 0 reads the manifest and every rank parses the same bytes.
+    std::string text;
+    collectively(communicator, "ShardedEngine::load", false, [&] {
+      detail::check_file_path("path", path);
+      if (communicator.rank() == 0) text = read_text(path);
+    });
+    std::uint64_t size = text.size();
+    communicator.broadcast(std::span<std::uint64_t>(&size, 1), 0);
+    text.resize(size);
+    communicator.broadcast(std::span<char>(text), 0);
+    Manifest m;
+    CoordinateShard shard;
+    collectively(communicator, "ShardedEngine::load", false, [&] {
+      m = parse_manifest(path, text);
+      if (m.ranks != communicator.size()) {
+        throw std::runtime_error("sharded checkpoint '" + path + "': saved by " +
+                                 std::to_string(m.ranks) + " ranks, loaded by " +
+                                 std::to_string(communicator.size()) +
+                                 " (a sharded checkpoint resumes on the same number of ranks)");
+      }
+      shard = shard_of(m.dim, m.ranks, communicator.rank());
+    });
+    Parts parts;
+    parts.stats = std::make_unique<CommunicationStats>();
+    parts.sums = std::make_unique<CommunicatorSums>(communicator, parts.stats.get());
+    shard.sums = parts.sums.get();
     try {
-      parts.engine.emplace(Engine::from_snapshot(std::move(snapshot), shard));
-    } catch (const std::invalid_argument& e) {
-      fail(std::string("invalid content: ") + e.what());
+      collectively(communicator, "ShardedEngine::load", false, [&] {
+        const std::string file = shard_path(path, communicator.rank(), m.ranks, m.suffix);
+        EngineSnapshot snapshot = detail::read_checkpoint(file);
+        const auto fail = [&](const std::string& why) {
+          throw std::runtime_error("sharded checkpoint '" + file + "': " + why);
+        };
+        if (snapshot.iterate.size() != shard.size || snapshot.iteration != m.iteration) {
+          fail("holds " + std::to_string(snapshot.iterate.size()) + " coordinates at iteration " +
+               std::to_string(snapshot.iteration) + ", the manifest expects " +
+               std::to_string(shard.size) + " at iteration " + std::to_string(m.iteration));
+        }
+        try {
+          parts.engine.emplace(Engine::from_snapshot(std::move(snapshot), shard));
+        } catch (const std::invalid_argument& e) {
+          fail(std::string("invalid content: ") + e.what());
+        }
+        std::uint64_t tag = slice_tag(*parts.engine);
+        if (m.version != 1) tag = bound_tag(m.content, communicator.rank(), tag);
+        if (tag != m.tags[static_cast<std::size_t>(communicator.rank())]) {
+          fail("does not belong to this checkpoint (its tag differs from the manifest's)");
+        }
+      });
+    } catch (const CommunicatorError&) {
+      throw;
+    } catch (const std::exception&) {
+      // A save may have replaced the manifest since it was read, and removed
+      // these files: then read the new one.
+      char again = 0;
+      if (communicator.rank() == 0 && attempt < kLoadAttempts) {
+        try {
+          again = read_text(path) != text ? 1 : 0;
+        } catch (const std::exception&) {
+        }
+      }
+      communicator.broadcast(std::span<char>(&again, 1), 0);
+      if (again != 0) continue;
+      throw;
     }
-    if (slice_tag(*parts.engine) != m.tags[static_cast<std::size_t>(communicator.rank())]) {
-      fail("does not belong to this checkpoint (its tag differs from the manifest's)");
+    std::vector<Piece> mine;
+    std::size_t at = parts.engine->shard().offset;
+    for (const OptimizerRange& r : parts.engine->optimizer_ranges().ranges()) {
+      mine.push_back({at, r});
+      at += r.size;
     }
-  });
-  parts.optimizer = whole_ranges(*parts.engine, m, communicator);
-  return ShardedEngine(std::move(parts), communicator, distributed);
+    const std::vector<std::string> all = communicator.all_gather_text(
+        std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(Piece)));
+    collectively(communicator, "ShardedEngine::load", false,
+                 [&] { parts.optimizer = whole_ranges(*parts.engine, m, all, path); });
+    return ShardedEngine(std::move(parts), communicator, distributed);
+  }
 }
 
 }  // namespace optex

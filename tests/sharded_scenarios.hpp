@@ -9,14 +9,20 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed_scenarios.hpp"
@@ -127,8 +133,88 @@ inline void CheckRepeatsBitForBit(Communicator& comm) {
   for (std::uint64_t h : all) EXPECT_EQ(h, all[0]);
 }
 
-// save, run on, and a load of the save resumes bit for bit; a save that
-// fails on one rank leaves the previous checkpoint loadable; files that do
+// The files of the sharded checkpoint at `path`: the manifest's name, then its
+// slice files `<name>.shard-<r>-of-<W>.<token>` (any token), sorted.
+inline std::vector<std::string> ShardFiles(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = p.filename().string() + ".shard-";
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(prefix)) files.push_back(name);
+  }
+  std::ranges::sort(files);
+  return files;
+}
+
+// Every file beside `path` that belongs to it (the manifest, its slices and
+// anything else named `<name>.*`), with its bytes.
+inline std::vector<std::pair<std::string, std::string>> CheckpointFiles(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string name = p.filename().string();
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& entry : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string file = entry.path().filename().string();
+    if (file != name && !file.starts_with(name + ".")) continue;
+    std::string bytes;
+    if (entry.is_regular_file()) {
+      std::ifstream in(entry.path(), std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    files.emplace_back(file, std::move(bytes));
+  }
+  std::ranges::sort(files);
+  return files;
+}
+
+inline void RemoveShardedCheckpoint(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  for (const std::string& file : ShardFiles(path)) std::filesystem::remove(dir + "/" + file);
+  std::filesystem::remove_all(path);
+}
+
+// This rank's slice file of the checkpoint at `path` (the one its manifest
+// names: the only one of this rank once a save has finished).
+inline std::string MyShardFile(const std::string& path, const Communicator& comm) {
+  const std::string prefix = std::filesystem::path(path).filename().string() + ".shard-" +
+                             std::to_string(comm.rank()) + "-of-" + std::to_string(comm.size()) +
+                             ".";
+  std::vector<std::string> mine;
+  for (const std::string& file : ShardFiles(path)) {
+    if (file.starts_with(prefix)) mine.push_back(file);
+  }
+  EXPECT_EQ(mine.size(), 1u) << "rank " << comm.rank();
+  return mine.empty() ? std::string()
+                      : std::filesystem::path(path).parent_path().string() + "/" + mine[0];
+}
+
+// While it lives, this process cannot write files larger than `bytes`: a write
+// past them fails with EFBIG (SIGXFSZ ignored). Under mpirun that is one rank;
+// in one process, every rank.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &previous_);
+    rlimit limit = previous_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+
+ private:
+  rlimit previous_{};
+  void (*previous_handler_)(int) = nullptr;
+};
+
+// save, run on, and a load of the save resumes bit for bit; a save replaces
+// the previous set (its files are gone); a save that fails on one rank leaves
+// the previous checkpoint loadable and removes what it wrote; files that do
 // not belong are refused on every rank.
 inline void CheckShardedCheckpoint(Communicator& comm, const std::string& path) {
   comm.set_timeout(kTestTimeout);
@@ -148,47 +234,51 @@ inline void CheckShardedCheckpoint(Communicator& comm, const std::string& path) 
   EXPECT_TRUE(SameEngine(resumed.engine(), first.engine())) << "rank " << comm.rank();
   EXPECT_TRUE(SameBits(WholeIterate(resumed), WholeIterate(first)));
 
-  // A second save goes to the other generation; make rank W-1's file of the
-  // next one a directory, so that its save fails: every rank throws, and the
-  // manifest still names the complete set of the second save.
+  // A second save replaces the first: one file per rank, under a new token.
+  const std::string older = MyShardFile(path, comm);
+  const std::string kept = path + ".older-" + std::to_string(comm.rank());
+  std::filesystem::copy_file(older, kept);
+  comm.barrier();
   first.save(path);
+  comm.barrier();
+  EXPECT_EQ(ShardFiles(path).size(), static_cast<std::size_t>(comm.size()))
+      << "rank " << comm.rank();
+  EXPECT_NE(MyShardFile(path, comm), older);
+  EXPECT_FALSE(std::filesystem::exists(older));
   const std::vector<float> saved = WholeIterate(first);
   for (int t = 0; t < 2; ++t) ShardedRound(first);
-  const std::string blocked = path + ".shard-" + std::to_string(comm.size() - 1) + "-of-" +
-                              std::to_string(comm.size()) + ".a";
-  if (comm.rank() == comm.size() - 1) {
-    std::filesystem::remove(blocked);
-    std::filesystem::create_directory(blocked);
-  }
-  comm.barrier();
-  EXPECT_THROW(first.save(path), std::runtime_error) << "rank " << comm.rank();
-  ShardedEngine old = ShardedEngine::load(path, comm);
-  EXPECT_TRUE(SameBits(WholeIterate(old), saved));
-  comm.barrier();
-  if (comm.rank() == comm.size() - 1) std::filesystem::remove(blocked);
 
-  // A slice file of another generation (another iteration) is refused.
-  const std::string mine =
-      path + ".shard-" + std::to_string(comm.rank()) + "-of-" + std::to_string(comm.size());
+  // A save that fails on rank W-1 (no room for its slice file: under mpirun
+  // that rank alone, in one process every rank): every rank throws, the files
+  // are as they were, and the second save still loads.
   comm.barrier();
-  first.save(path);  // generation a now, the b files are a save older
+  const std::vector<std::string> before = ShardFiles(path);
+  {
+    std::optional<FileSizeLimit> full;
+    if (comm.rank() == comm.size() - 1) full.emplace(4096);
+    comm.barrier();
+    EXPECT_THROW(first.save(path), std::runtime_error) << "rank " << comm.rank();
+    comm.barrier();
+  }
+  EXPECT_EQ(ShardFiles(path), before) << "rank " << comm.rank();
+  {
+    ShardedEngine old = ShardedEngine::load(path, comm);
+    EXPECT_TRUE(SameBits(WholeIterate(old), saved));
+  }
+
+  // A slice file of another save (another iteration) is refused on every rank.
   comm.barrier();
-  if (comm.rank() == 0)
-    std::filesystem::copy_file(mine + ".b", mine + ".a",
+  if (comm.rank() == 0) {
+    std::filesystem::copy_file(kept, MyShardFile(path, comm),
                                std::filesystem::copy_options::overwrite_existing);
+  }
   comm.barrier();
   EXPECT_THROW(ShardedEngine::load(path, comm), std::runtime_error) << "rank " << comm.rank();
   EXPECT_THROW(ShardedEngine::load(path + ".missing", comm), std::runtime_error);
   comm.barrier();
-  if (comm.rank() == 0) {
-    std::filesystem::remove(path);
-    for (int r = 0; r < comm.size(); ++r) {
-      for (const char* g : {".a", ".b"}) {
-        std::filesystem::remove(path + ".shard-" + std::to_string(r) + "-of-" +
-                                std::to_string(comm.size()) + g);
-      }
-    }
-  }
+  std::filesystem::remove(kept);
+  comm.barrier();
+  if (comm.rank() == 0) RemoveShardedCheckpoint(path);
   comm.barrier();
 }
 
