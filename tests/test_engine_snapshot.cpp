@@ -354,8 +354,8 @@ TEST(EngineSnapshotValidation, IterateAndStateAreChecked) {
 }
 
 // Values each in range, together a state no step can leave (docs/DESIGN.md
-// section 6): the step a zero gradient gives must stay within the bounds tell()
-// commits, or every later tell() would refuse.
+// section 6): some gradient's step must stay within the bounds tell() commits,
+// or every later tell() would refuse.
 TEST(EngineSnapshotValidation, AStateThatCannotTakeAStepIsRefused) {
   using F = SnapshotField;
   ExpectRefused(Edited(Good(), [](auto& s) { s.state.slots[0][3] = 3e38f; }),
@@ -372,6 +372,17 @@ TEST(EngineSnapshotValidation, AStateThatCannotTakeAStepIsRefused) {
     Engine e = Engine::from_snapshot(Edited(Good(), edit));
     EXPECT_NO_THROW(Step(e));
   }
+  // Adam with eps = 0 in float steps 0 / 0 from a zero gradient, and fine from
+  // any other: a state that can take a step with some gradient loads.
+  Engine no_eps(UniformStart(5, 4), Adam{.lr = 1.0, .beta1 = 0.0, .beta2 = 0.0, .eps = 5e-324},
+                With(4, 8, 3));
+  Step(no_eps);
+  EXPECT_NO_THROW(Step(no_eps = Engine::from_snapshot(no_eps.snapshot())));
+  // Hyperparameters no state can step with (lr / (1 - beta1) overflows a float):
+  // the constructor takes them, and the checkpoint of such a run loads, as stuck
+  // as it was; the state is not to blame.
+  Engine stuck(UniformStart(5, 4), Adam{.lr = 1.7e38, .beta1 = 0.5, .beta2 = 0.0}, With(4, 8, 3));
+  EXPECT_NO_THROW((void)Engine::from_snapshot(stuck.snapshot()));
   // An optimizer without state: SGD's step with a zero gradient never moves.
   Engine plain(UniformStart(5, 4), Sgd{.lr = 0.5}, With(4, 8, 3));
   Step(plain);
