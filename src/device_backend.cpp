@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <memory>
+
+#include "completed_sums.hpp"
 #include "device_backend.hpp"
 
 #include "optex/detail/allocation.hpp"
@@ -42,6 +44,7 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
       slots_(optimizer.state_slots()),
       bound_(magnitude_bound(shard.dim)),
       sums_(shard.sums),
+      sums_slack_(kUnderflowPerCoordinate * static_cast<double>(shard.dim)),
       keeps_backup_(!p_->copies_cannot_fail() || shard.sums != nullptr),
       lazy_gram_(options.parallelism == 1 && shard.sums == nullptr),
       gram_(capacity_) {
@@ -85,6 +88,7 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
   flags_host_.assign(n + kMaxStateSlots + 1, 0);
   sums_host_.assign(sums, 0.0);
   pushes_.reserve(pairs);
+  if (sums_ != nullptr) push_of_slot_.assign(t0, -1);
   stale_.reserve(t0);
   query_x_.reserve(t0);
   query_g_.reserve(t0);
@@ -249,6 +253,14 @@ void DeviceBackend::recompute_gram() {
   p_->inner_products(history_g_, size, d_, gs, distances + size * size + size);
   p_->fetch(std::vector<Fetch>{fetch_of<double>(distances, sums.data(), sums.size())});
   complete_sums(sums_, sums);
+  if (sums_ != nullptr) {
+    const GramRows rows{size, size, sums.data(), sums.data() + size * size,
+                        sums.data() + size * size + size};
+    check_gram_rows(
+        rows, [](std::size_t k) { return k; },
+        [](std::size_t j) { return static_cast<std::ptrdiff_t>(j); }, sums_slack_,
+        !p_->device().is_cuda());
+  }
   for (std::size_t s = 0; s < size; ++s) {
     gram_.set_row(s, sums.data() + s * size, sums[size * size + s],
                   sums.data() + size * size + size + s * size);

@@ -116,6 +116,10 @@ class DeviceBackend final : public EngineBackend {
   void store_pushes(const BatchRows& rows, std::size_t& stored);
   void restore_overwritten(std::size_t stored);
   CommitStats statistics(std::span<const int> compared) const;
+  // On a slice: throws std::runtime_error where the commit's completed sums
+  // (statistics, ||g_c||^2, the step, the new Gram rows of `size` slots) are
+  // impossible for an honest ShardSums (completed_sums.hpp).
+  void check_commit_sums(std::span<const int> compared, int c, std::size_t size);
   void recompute_gram();
   // The statistics of the slots pushed without them (stale_), in push order.
   void refresh_gram();
@@ -131,6 +135,8 @@ class DeviceBackend final : public EngineBackend {
   StateSlots slots_;
   float bound_;      // magnitude_bound of the whole vector's dimension
   ShardSums* sums_;  // completes sums over coordinates across slices; nullptr when whole
+  // What the checks of completed sums allow for underflow (completed_sums.hpp).
+  double sums_slack_;
   bool keeps_backup_;
   // With N = 1 no round reads the Gram statistics: a commit stores its pair
   // and leaves the statistics to the first reader (a fit, a host view). Not
@@ -179,6 +185,7 @@ class DeviceBackend final : public EngineBackend {
 
   // Commit plan, sized once.
   std::vector<Push> pushes_;
+  std::vector<int> push_of_slot_;  // T0: the push that renews each slot, or -1 (checks only)
   std::vector<StoredRows> query_x_, query_g_;
 
   // Host views.

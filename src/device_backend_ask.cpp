@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <sstream>
+
+#include "completed_sums.hpp"
 #include "device_backend.hpp"
 
 #include "optex/gp_estimator.hpp"
@@ -123,6 +125,8 @@ void DeviceBackend::complete_query_distances(std::size_t n) {
   if (sums_ == nullptr) return;
   p_->fetch(std::vector<Fetch>{fetch_of<double>(query_distances_, query_host_.data(), n)});
   complete_sums(sums_, {query_host_.data(), n});
+  // The query is a proxy point not yet checked against the bound: +inf or NaN may be honest.
+  check_completed_squares({query_host_.data(), n}, "squared distances from a proxy point", true);
   p_->put(query_host_.data(), query_distances_, n * sizeof(double));
 }
 
@@ -159,7 +163,8 @@ bool DeviceBackend::finish_batch(Batch& batch) {
                      std::all_of(w, w + fitted_size_, [](double v) { return std::isfinite(v); });
   }
   // Every slice asks, whatever its own answer: the completion is a collective.
-  return on_every_slice(sums_, weights_finite && flags_all(checks));
+  return checked_on_every_slice(sums_, weights_finite && flags_all(checks),
+                                "the GP weights finite and the points and state within bounds");
 }
 
 double DeviceBackend::posterior_variance(int row) {
@@ -179,6 +184,9 @@ double DeviceBackend::distance_from_iterate(Batch& batch, int i) {
   p_->squared_distances(fp32_rows(rows.point(i, d_)), 1, d_, {&first, 1}, sums_device_);
   p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, &squared, 1)});
   complete_sums(sums_, {&squared, 1});
+  if (sums_ != nullptr) {
+    check_completed_squares({&squared, 1}, "squared distances from the iterate", true);
+  }
   return std::sqrt(squared);
 }
 

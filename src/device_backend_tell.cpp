@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "completed_sums.hpp"
 #include "device_backend.hpp"
 
 #include "optex/detail/point_evaluations.hpp"
@@ -54,6 +55,10 @@ double DeviceBackend::reduce_evaluations(Batch& rows, std::span<const char> admi
   p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, sums_host_.data(), 2 * sums)});
   const std::span<double> measured(sums_host_.data(), 2 * sums);
   complete_sums(sums_, measured);
+  if (sums_ != nullptr) {
+    check_completed_squares(measured,
+                            "squared norms of mean gradients and squared spreads about them");
+  }
   return gradient_noise(measured, replicates);
 }
 
@@ -74,6 +79,10 @@ void DeviceBackend::check_gradients(Batch& batch, std::span<char> finite) {
   p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, flags_host_.data(), finite.size())});
   for (int r = 0; r < n; ++r) finite[static_cast<std::size_t>(r)] = flags_host_[r] != 0 ? 1 : 0;
   complete_flags(sums_, finite);  // a pair is finite where it is on every slice
+  if (sums_ != nullptr) {
+    check_completed_flags(std::span<const char>(finite), flags_host_,
+                          "gradients within the magnitude bound, one per row");
+  }
 }
 
 bool DeviceBackend::stage_step(Batch& batch, int c) {
@@ -103,7 +112,8 @@ bool DeviceBackend::stage_step(Batch& batch, int c) {
   if (backing_up) enqueue_backup();
   p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, flags_host_.data(), checks)});
   backed_up_ = backed_up_ || backing_up;
-  return on_every_slice(sums_, flags_all(checks));
+  return checked_on_every_slice(sums_, flags_all(checks),
+                                "the staged step's iterate and state within their bounds");
 }
 
 void DeviceBackend::keep_coordinates(std::span<const CoordinateRange> ranges) {
@@ -210,6 +220,7 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
       sums_host_[stats] = sums_host_[4 * static_cast<std::size_t>(own - compared.begin()) + 2];
     }
     complete_sums(sums_, {sums_host_.data(), values});
+    if (sums_ != nullptr) check_commit_sums(compared, c, size);
   } catch (...) {
     if (keeps_backup_) restore_overwritten(stored);
     throw;
@@ -234,6 +245,87 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
   fitted_size_ = 0;  // the history changed
   history_host_current_ = false;
   return result;
+}
+
+void DeviceBackend::check_commit_sums(std::span<const int> compared, int c, std::size_t size) {
+  const double* host = sums_host_.data();
+  const std::size_t stats = 4 * compared.size();
+  const std::size_t values = stats + 2 + pushes_.size() * (2 * size + 1);
+  // Per compared row <p,p>, <p,g>, <g,g>, ||p - g||^2: the gradient row is
+  // within the magnitude bound, the prediction p need not be (its squares may
+  // honestly overflow to +inf); where all are finite, Cauchy-Schwarz and
+  // ||p - g||^2 = <p,p> - 2 <p,g> + <g,g> hold up to the passes' rounding.
+  for (std::size_t k = 0; k < compared.size(); ++k) {
+    const double aa = host[4 * k], ab = host[4 * k + 1], bb = host[4 * k + 2];
+    const double dd = host[4 * k + 3];
+    check_completed_square(aa, 4 * k, values, "squared norms of predicted gradients", true);
+    check_completed_square(bb, 4 * k + 2, values, "squared norms of gradients");
+    check_completed_square(dd, 4 * k + 3, values, "squared prediction errors", true);
+    if (!std::isfinite(aa) || !std::isfinite(ab) || !std::isfinite(dd)) continue;
+    const auto row = [&] {
+      return "the statistics of row " + std::to_string(compared[k]) +
+             " to <p,p> = " + sums_number(aa) + ", <p,g> = " + sums_number(ab) +
+             ", <g,g> = " + sums_number(bb) + ", ||p - g||^2 = " + sums_number(dd);
+    };
+    if (!(std::abs(ab) <=
+          (1.0 + kSumsAgreement) * std::sqrt((aa + sums_slack_) * (bb + sums_slack_)))) {
+      refuse_completion(row() + ", impossible by Cauchy-Schwarz");
+    }
+    check_agreement(dd, aa - 2.0 * ab + bb, aa + bb, 4.0 * sums_slack_,
+                    [&] { return row() + ": ||p - g||^2 and <p,p> - 2 <p,g> + <g,g>"; });
+  }
+  // ||g_c||^2 and the step's squared length: vectors within the bound. With c
+  // compared, ||g_c||^2 was handed over as a copy of its <g,g> partials, and
+  // the same partials added in slice order are the same bits.
+  check_completed_square(host[stats], stats, values, "squared norms of gradients");
+  check_completed_square(host[stats + 1], stats + 1, values, "squared step lengths");
+  const auto own = std::lower_bound(compared.begin(), compared.end(), c);
+  if (own != compared.end() && *own == c) {
+    const double copy = host[4 * static_cast<std::size_t>(own - compared.begin()) + 2];
+    if (host[stats] != copy) {
+      refuse_completion("the same partials (the committed row " + std::to_string(c) +
+                        "'s squared gradient norm, handed over twice) to " +
+                        sums_number(host[stats]) + " and " + sums_number(copy) +
+                        "; added in slice order, equal partials complete to equal sums");
+    }
+  }
+  // The new Gram rows, and each new pair's <g,g> against the same row's
+  // squared gradient norm in the statistics above (another pass, and the
+  // history's storage: within kSumsAgreement).
+  for (std::size_t k = 0; k < pushes_.size(); ++k)
+    push_of_slot_[pushes_[k].slot] = static_cast<int>(k);
+  const double* distances = host + stats + 2;
+  const GramRows rows{pushes_.size(), size, distances, distances + pushes_.size() * size,
+                      distances + pushes_.size() * size + pushes_.size()};
+  const auto slot_of = [&](std::size_t k) { return pushes_[k].slot; };
+  const auto push_of = [&](std::size_t j) { return static_cast<std::ptrdiff_t>(push_of_slot_[j]); };
+  // The inner products' relations only where the CPU's passes computed them
+  // (completed_sums.hpp: a device's fp32 GEMM has no bound by a block).
+  const bool inner_relations = !p_->device().is_cuda();
+  try {
+    check_gram_rows(rows, slot_of, push_of, sums_slack_, inner_relations);
+    for (std::size_t k = 0; k < pushes_.size() && inner_relations; ++k) {
+      const int r = pushes_[k].row;
+      const double diagonal = rows.inner[k * size + pushes_[k].slot];
+      const auto at = std::lower_bound(compared.begin(), compared.end(), r);
+      double norm = -1.0;
+      if (at != compared.end() && *at == r) {
+        norm = host[4 * static_cast<std::size_t>(at - compared.begin()) + 2];
+      } else if (r == c) {
+        norm = host[stats];
+      }
+      if (norm < 0.0) continue;
+      check_agreement(diagonal, norm, std::max(diagonal, norm), sums_slack_, [&] {
+        return "the squared norm of row " + std::to_string(r) +
+               "'s gradient (in its history slot " + std::to_string(pushes_[k].slot) +
+               "'s Gram row and in the commit's statistics)";
+      });
+    }
+  } catch (...) {
+    for (const Push& push : pushes_) push_of_slot_[push.slot] = -1;
+    throw;
+  }
+  for (const Push& push : pushes_) push_of_slot_[push.slot] = -1;
 }
 
 CommitStats DeviceBackend::statistics(std::span<const int> compared) const {

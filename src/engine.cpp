@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "optex/block_pool.hpp"
 #include "optex/detail/engine_backend.hpp"
 #include "optex/detail/point_evaluations.hpp"
 #include "optex/lengthscale_selection.hpp"
@@ -32,6 +33,19 @@ std::span<const float> checked_start(std::span<const float> x0, const Coordinate
                                 " coordinates at offset " + std::to_string(shard.offset) +
                                 " of dimension " + std::to_string(shard.dim) +
                                 " does not match x0's " + std::to_string(x0.size()));
+  }
+  // A slice cuts the whole vector's blocks (shard_of): its passes then add the
+  // block sums the whole engine adds, and its blocks are the slices' own.
+  if (!shard.is_whole() &&
+      (shard.offset % kCoordinateBlock != 0 ||
+       (shard.size % kCoordinateBlock != 0 && shard.offset + shard.size != shard.dim))) {
+    throw std::invalid_argument(
+        "shard: a slice of " + std::to_string(shard.size) + " coordinates at offset " +
+        std::to_string(shard.offset) + " of dimension " + std::to_string(shard.dim) +
+        " is off the block grid: a slice is a run of whole blocks of " +
+        std::to_string(kCoordinateBlock) + " coordinates (its offset a multiple of " +
+        std::to_string(kCoordinateBlock) +
+        ", its size too unless it ends at the dimension), as shard_of cuts them");
   }
   const float bound = magnitude_bound(shard.dim);
   for (std::size_t i = 0; i < x0.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "completed_sums.hpp"
 #include "optex/detail/allocation.hpp"
 #include "optex/streaming.hpp"
 
@@ -97,6 +98,11 @@ void GpGradientEstimator::weigh(const GradientHistory& history, std::span<const 
   const float* query = x.data();
   streaming::squared_distances(pool, history.points_data(), n, d, {&query, 1}, distances_.data());
   complete_sums(sums, {distances_.data(), n});
+  // A query not checked against the bound may honestly be +inf or NaN away.
+  if (sums != nullptr) {
+    detail::check_completed_squares({distances_.data(), n}, "squared distances from the query",
+                                    true);
+  }
   const double inv = 1.0 / (scale_ * lengthscale_);
   auto k = weights_.head(static_cast<Eigen::Index>(n));
   for (std::size_t j = 0; j < n; ++j) {

@@ -1,10 +1,13 @@
 #include "optex/gradient_history.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "completed_sums.hpp"
 #include "optex/detail/allocation.hpp"
 #include "optex/streaming.hpp"
 
@@ -96,6 +99,14 @@ void GradientHistory::push_all(std::span<const float* const> points,
   streaming::inner_products(pool, gradients_.data(), rows, dim_, new_gradients, inner);
   try {
     complete_sums(sums, scratch_);
+    if (sums != nullptr) {
+      std::vector<std::ptrdiff_t> push_of(rows, -1);
+      for (std::size_t k = 0; k < pairs; ++k) push_of[slots[k]] = static_cast<std::ptrdiff_t>(k);
+      detail::check_gram_rows(
+          {pairs, rows, distances, norms, inner}, [&](std::size_t k) { return slots[k]; },
+          [&](std::size_t j) { return push_of[j]; },
+          detail::kUnderflowPerCoordinate * static_cast<double>(dim_));
+    }
   } catch (...) {
     if (backup) backup->restore(*this);
     throw;

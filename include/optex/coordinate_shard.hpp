@@ -17,6 +17,16 @@ namespace optex {
 
 // Completes partial results across the slices. Every slice calls each
 // operation in the same order with the same sizes (a collective).
+//
+// A slice engine checks what it can of each completion before it uses it
+// (src/completed_sums.hpp, DESIGN.md section 6): squared distances and norms
+// not negative (and finite where every partial is), flags 0 or 1 and 0 where
+// its own is 0, a point's distance to itself 0, the same partials completed
+// to the same bits, and the values of one call consistent with each other
+// (Cauchy-Schwarz, the triangle inequality, two passes' results of one
+// quantity within a relative 1e-2). A completion that fails throws
+// std::runtime_error ("shard: the sums completed ...; the ShardSums is
+// faulty") and leaves the engine unchanged.
 class ShardSums {
  public:
   virtual ~ShardSums() = default;

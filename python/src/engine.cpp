@@ -485,8 +485,15 @@ collectives: ask(), tell() and tell_device() call them in the same order with
 the same sizes on every slice, and every slice must make the same calls.
 A gradient one slice refuses is refused on every slice, as its finiteness is
 completed the same way. An exception raised by sums propagates out of the
-call, which leaves the engine unchanged. A sum that is not finite raises ValueError there; a return value
-other than None TypeError. proxy='target' (its oracle needs whole points) and
+call, which leaves the engine unchanged. A sum that is not finite, or a flag
+other than 0 and 1, raises ValueError there; a return value other than None
+TypeError; completions no honest sums give (a negative squared distance or
+norm, a point's distance to itself other than 0, values of one call that
+contradict each other, a flag of 1 where this slice's is 0) RuntimeError
+naming them ("the ShardSums is faulty"), the engine unchanged. The slice
+must lie on the grid of 4096-coordinate blocks (offset a multiple of 4096,
+its size too unless it ends at d), as shard_of cuts it: ValueError otherwise.
+proxy='target' (its oracle needs whole points) and
 devices other than the CPU are refused; save() is refused (use state_arrays()
 and from_state_arrays(state, shard=...)).
 )doc");

@@ -111,7 +111,18 @@ void PythonShardSums::all(std::span<char> flags) {
   const py::object returned = sums_.attr("all")(values);
   check_completed(returned, values, n, "all");
   const std::uint8_t* completed = values.data();
-  for (std::size_t i = 0; i < n; ++i) flags[i] = completed[i] != 0 ? 1 : 0;
+  // The AND of every slice's 0/1 flags is 0 or 1: anything else is a callback
+  // that does not compute it (a sum, a garbage byte), refused rather than read
+  // as 1. The engine checks the rest (a 1 where this slice's flag is 0).
+  for (std::size_t i = 0; i < n; ++i) {
+    if (completed[i] > 1) {
+      throw py::value_error("shard: sums.all completed flag " + std::to_string(i) + " of " +
+                            std::to_string(n) + " to " + std::to_string(completed[i]) +
+                            "; the AND of every slice's flags is 0 or 1, so the callback is "
+                            "faulty (the engine takes no such value)");
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) flags[i] = static_cast<char>(completed[i]);
 }
 
 std::optional<ShardArgument> shard_from_python(py::handle shard, const char* name) {

@@ -377,3 +377,186 @@ def test_a_callback_that_calls_back_into_its_engine_is_refused() -> None:
     with pytest.raises(RuntimeError, match="busy"):
         opt.ask()
     assert not opt.pending
+
+
+# ------------------------------------------------- hostile sums: impossible completions (fuzzed)
+
+# What no honest sums can complete to, and what the engine does about it: the
+# trampoline refuses a non-finite sum or a flag other than 0 and 1 (ValueError);
+# the engine refuses negative squared distances and norms, a history point's
+# distance to itself other than 0, statistics that contradict each other, and a
+# flag of 1 where its own slice's is 0 (RuntimeError naming the sums, "the
+# ShardSums is faulty"). Either way the engine is as it was, and goes on with
+# honest sums as a twin that never met the fault. Seeded, so that CI runs the
+# same cases every time.
+
+FAULTY = "the ShardSums is faulty"
+
+
+class HostileSums(Sums):
+    """Honest (a lone slice: nothing to add) but at call `fail_at` (from arm()),
+    where `fault(values)` rewrites the completion in place."""
+
+    def arm(self, fail_at: int, fault) -> None:  # type: ignore[override]
+        self.calls.clear()
+        self.fail_at, self.fault = fail_at, fault
+
+    def _call(self, method: str, values: np.ndarray):
+        self.calls.append((method, values.size))
+        if self.fail_at == len(self.calls) - 1:
+            self.fail_at = None
+            self.fault(values)
+        return None
+
+
+def hostile_pair() -> tuple[optex.OptEx, HostileSums, optex.OptEx]:
+    """A lone slice with hostile sums and the whole engine, after one round."""
+    sums = HostileSums()
+    sliced, reference = lone_slice(sums), whole()
+    round_of(sliced)
+    round_of(reference)
+    return sliced, sums, reference
+
+
+def nonfinite(rng: np.random.Generator):
+    def fault(values: np.ndarray) -> None:
+        values[rng.integers(values.size)] = [np.nan, np.inf, -np.inf][int(rng.integers(3))]
+    return fault, ValueError, "sums.sum completed value"
+
+
+def negative(rng: np.random.Generator):
+    scale, shift = 10.0 ** rng.uniform(-3, 30), 10.0 ** rng.uniform(-300, 300)
+
+    def fault(values: np.ndarray) -> None:
+        values[...] = -np.abs(values) * scale - shift
+    return fault, RuntimeError, "impossible for squared"
+
+
+def huge(rng: np.random.Generator):
+    shift = 10.0 ** rng.uniform(20, 300)
+
+    def fault(values: np.ndarray) -> None:
+        values += shift  # a history point's distance to itself is no longer 0
+    return fault, RuntimeError, FAULTY
+
+
+def inconsistent(rng: np.random.Generator):
+    factor = rng.uniform(1.5, 4.0)
+
+    def fault(values: np.ndarray) -> None:
+        values[1::2] = values[1::2] * factor + 1.0  # every other value of the call
+    return fault, RuntimeError, FAULTY
+
+
+def bad_flag(rng: np.random.Generator):
+    flag = [2, 255, int(rng.integers(2, 256))][int(rng.integers(3))]
+
+    def fault(flags: np.ndarray) -> None:
+        flags[rng.integers(flags.size)] = flag
+    return fault, ValueError, f"sums.all completed flag .* to {flag}"
+
+
+# Each fault and the calls of a round (ASK, TELL above) it is tried at. The GP
+# distances of ask() may be +inf or NaN for a proxy point that left the bound
+# (the engine then holds the batch): only a negative one is impossible there,
+# and only the commit's values relate to each other (huge, inconsistent).
+ASK_FAULTS = [(nonfinite, [0, 1]), (negative, [0, 1]), (bad_flag, [2])]
+TELL_FAULTS = [(bad_flag, [0, 1, 2]), (nonfinite, [3]), (negative, [3]), (huge, [3]),
+               (inconsistent, [3])]
+
+
+def pick(rng: np.random.Generator, faults: list) -> tuple[int, object, type, str]:
+    """A fault, then one of the calls it is tried at: (call, fault, error, message)."""
+    make, calls = faults[int(rng.integers(len(faults)))]
+    call = calls[int(rng.integers(len(calls)))]
+    return (call, *make(rng))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_hostile_sums_in_ask_are_refused_and_change_nothing(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sliced, sums, reference = hostile_pair()
+    call, fault, error, message = pick(rng, ASK_FAULTS)
+    before = sliced.state_arrays()
+    sums.arm(call, fault)
+    with pytest.raises(error, match=message):
+        sliced.ask()
+    assert not sliced.pending
+    assert same_state_arrays(sliced.state_arrays(), before)
+    for _ in range(2):  # the honest rounds that follow are the whole engine's
+        assert sliced.ask().tobytes() == reference.ask().tobytes()
+        round_of(sliced)
+        round_of(reference)
+    assert same_state(sliced, reference)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_hostile_sums_in_tell_are_refused_and_change_nothing(seed: int) -> None:
+    rng = np.random.default_rng(1000 + seed)
+    sliced, sums, reference = hostile_pair()
+    losses, grads = problem().value_and_grad(sliced.ask())
+    reference.ask()
+    call, fault, error, message = pick(rng, TELL_FAULTS)
+    before = snapshot(sliced)
+    sums.arm(call, fault)
+    with pytest.raises(error, match=message):
+        sliced.tell(grads, losses)
+    assert snapshot(sliced) == before and sliced.pending
+    sliced.tell(grads, losses)  # honest now: commits what the whole engine commits
+    reference.tell(grads, losses)
+    assert same_state(sliced, reference)
+    round_of(sliced)
+    round_of(reference)
+    assert same_state(sliced, reference)
+
+
+def test_a_flag_of_one_where_the_slice_says_zero_is_refused() -> None:
+    """Row 1 holds a NaN: this slice's flag is 0, so no AND of the slices' flags is
+    1. Sums that said 1 would let the NaN into the history."""
+    sliced, sums, reference = hostile_pair()
+    losses, grads = problem().value_and_grad(sliced.ask())
+    reference.ask()
+    bad = grads.copy()
+    bad[1, 17] = np.nan
+
+    def all_ones(flags: np.ndarray) -> None:
+        flags[...] = 1
+
+    sums.arm(0, all_ones)
+    with pytest.raises(RuntimeError, match="to 1 where this slice's is 0"):
+        sliced.tell(bad, losses)
+    assert sliced.pending
+    sliced.tell(grads, losses)
+    reference.tell(grads, losses)
+    assert same_state(sliced, reference)
+
+
+def same_state_arrays(a: dict, b: dict) -> bool:
+    def equal(x, y) -> bool:
+        if isinstance(x, dict):
+            return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
+        if isinstance(x, list):
+            return len(x) == len(y) and all(equal(u, v) for u, v in zip(x, y))
+        if isinstance(x, np.ndarray):
+            return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        return x == y or (x != x and y != y)
+
+    return equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_slice_off_the_block_grid_is_a_value_error(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x0 = start()
+    # An offset inside a block (the slice reaching to the end), or on the grid
+    # with a partial block that does not end at the dimension.
+    offset = int(rng.integers(0, 2)) * 4096 + int(rng.integers(1, 4096))
+    with pytest.raises(ValueError, match="shard: .* off the block grid"):
+        optex.OptEx(x0[offset:], shard=(D, offset, HostileSums()))
+    size = int(rng.integers(1, 4096))
+    with pytest.raises(ValueError, match="shard: .* off the block grid"):
+        optex.OptEx(x0[4096:4096 + size], shard=(D, 4096, HostileSums()))
+    # What shard_of cuts is on it, and so is a run of whole blocks.
+    for offset, size in [optex.shard_of(D, 2, 1), (4096, 4096), (4096, D - 4096)]:
+        opt = optex.OptEx(x0[offset:offset + size], shard=(D, offset, HostileSums()))
+        assert opt.shard == (D, offset, size)
