@@ -2,6 +2,8 @@
 // pick one, and the report.
 #include "optex/plan.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -293,8 +295,29 @@ void PlanRequest::validate() const {
   if (!(efficiency > 0.0 && efficiency <= 1.0)) {
     reject("efficiency", number(efficiency), "in (0, 1]");
   }
-  if (!std::isnan(gradient_noise) && !(gradient_noise >= 0.0)) {
-    reject("gradient_noise", number(gradient_noise), ">= 0 (NaN: unknown)");
+  if (!std::isnan(gradient_noise) && !(gradient_noise >= 0.0 && std::isfinite(gradient_noise))) {
+    reject("gradient_noise", number(gradient_noise), "finite and >= 0 (NaN: unknown)");
+  }
+}
+
+double plan_memory_bytes(const PlanRequest& r) {
+  const double rows = 2.0 * r.history + 4.0 * r.max_parallelism + 16.0;
+  return rows * static_cast<double>(r.dim) * sizeof(float);
+}
+
+void check_plan_memory(const PlanRequest& r) {
+  const double needed = plan_memory_bytes(r);
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return;  // unknown: the measurement will tell
+  const double available = static_cast<double>(pages) * static_cast<double>(page_size);
+  if (needed > 0.8 * available) {
+    char text[256];
+    std::snprintf(text, sizeof(text),
+                  "dim: %zu is too large for this machine: a round at N = %d, T0 = %d needs "
+                  "about %.3g GB, it has %.3g GB",
+                  r.dim, r.max_parallelism, r.history, needed / 1e9, available / 1e9);
+    throw std::invalid_argument(text);
   }
 }
 
@@ -313,6 +336,8 @@ const char* choice_name(Plan::Choice choice) {
 Plan plan(const PlanRequest& request, const RoundTimer& round_seconds,
           const StepTimer& step_seconds) {
   request.validate();
+  // What the measurements of this machine would allocate, before they do.
+  if (!round_seconds || !step_seconds) check_plan_memory(request);
   const PlanRequest& r = request;
   const int n_max = r.max_parallelism;
   const int evaluations =

@@ -273,6 +273,7 @@ TEST(Plan, BadRequestsAreRefusedBeforeAnyTimerRuns) {
       {"efficiency", [](PlanRequest& r) { r.efficiency = kNaN; }},
       {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -0.1; }},
       {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -kInf; }},
+      {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = kInf; }},
   };
   for (const Case& c : cases) {
     FakeTimers t{.a = 1e-3};
@@ -282,6 +283,38 @@ TEST(Plan, BadRequestsAreRefusedBeforeAnyTimerRuns) {
     EXPECT_EQ(t.round_calls, 0) << c.field;
     EXPECT_EQ(t.step_calls, 0) << c.field;
   }
+}
+
+TEST(Plan, InfiniteNoiseIsRefusedNamingTheRule) {
+  FakeTimers t{.a = 1e-3};
+  PlanRequest r = request(0.05);
+  r.gradient_noise = kInf;
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>(
+      [&] { run(r, t); }, {"gradient_noise: must be finite and >= 0", "got inf"}));
+}
+
+// optex-plan's memory check, in the library: a dimension whose largest
+// measurement cannot fit is refused before anything is allocated.
+TEST(Plan, ADimensionThatCannotFitIsRefusedBeforeAnythingIsMeasured) {
+  PlanRequest r = request(0.05, 4, 32);
+  r.dim = 1'000'000'000'000'000;  // (2 T0 + 4 N + 16) d floats: 384 PB
+  EXPECT_DOUBLE_EQ(optex::plan_memory_bytes(r), (2.0 * 32 + 4.0 * 4 + 16.0) * 1e15 * 4.0);
+  const std::vector<std::string> needles = {
+      "dim: 1000000000000000 is too large for this machine: a round at N = 4, T0 = 32 needs "
+      "about 3.84e+08 GB, it has "};
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { optex::check_plan_memory(r); }, needles));
+  // plan() measuring this machine (a timer left empty) refuses it the same way
+  // instead of failing an allocation of that size.
+  FakeTimers t{.a = 1e-3};
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { optex::plan(r, t.round(), {}); }, needles));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { optex::plan(r, {}, t.step()); }, needles));
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([&] { optex::plan(r); }, needles));
+  EXPECT_EQ(t.round_calls + t.step_calls, 0);
+  // With both timers given nothing of that size is allocated: the model alone.
+  EXPECT_EQ(run(r, t).candidates.size(), 7u);  // P = 1, then N = 2, 4 at T0 = 32, 16, 8
+  // A dimension that fits passes.
+  r.dim = 1000;
+  EXPECT_NO_THROW(optex::check_plan_memory(r));
 }
 
 TEST(Plan, ATimerThatReturnsNonsenseIsRefused) {

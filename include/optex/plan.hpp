@@ -59,12 +59,27 @@ struct PlanRequest {
   // steps. An assumption: measure it on the problem (sequential iterations to
   // a loss against OptEx rounds to it).
   double efficiency = 0.5;
-  // rho = noise variance / squared gradient norm of one evaluation; NaN = unknown.
+  // rho = noise variance / squared gradient norm of one evaluation: finite
+  // and >= 0, or NaN = unknown.
   double gradient_noise = std::numeric_limits<double>::quiet_NaN();
 
   // Throws std::invalid_argument naming the first bad field and its value.
   void validate() const;
 };
+
+// The bytes the planner's largest measurement holds: a round at N =
+// max_parallelism and T0 = history, (2 T0 + 4 N + 16) d floats (the history's
+// points and gradients, the batch's rows, the iterate, the state and their
+// copies), in double so that no d wraps it.
+double plan_memory_bytes(const PlanRequest& request);
+
+// Throws std::invalid_argument ("dim: 1000000000 is too large for this
+// machine: a round at N = 4, T0 = 32 needs about 384 GB, it has 67.4 GB")
+// when plan_memory_bytes exceeds 80% of the machine's physical memory, before
+// anything of that size is allocated; where the physical memory is unknown it
+// passes. plan() calls it before it measures anything itself (a timer left
+// empty); optex-plan and optex.plan call it before they time a gradient.
+void check_plan_memory(const PlanRequest& request);
 
 struct PlanCandidate {
   int parallelism = 0;            // N
@@ -106,8 +121,9 @@ using StepTimer = std::function<double(std::size_t dim)>;
 // The plan for `request`. The timers default to measure_round_cost(shape).seconds
 // and measure_plain_step(dim) on this machine; each is called once per
 // candidate (the step timer once). Throws std::invalid_argument naming the
-// field for a bad request before calling any timer, and for a timer that
-// returns a negative or non-finite time.
+// field for a bad request before calling any timer (validate(), and
+// check_plan_memory() where a timer is left to measure this machine), and for
+// a timer that returns a negative or non-finite time.
 Plan plan(const PlanRequest& request, const RoundTimer& round_seconds = {},
           const StepTimer& step_seconds = {});
 

@@ -25,26 +25,78 @@ namespace {
 constexpr int kTimedCalls = 5;
 constexpr std::uint64_t kObjectivePointSeed = 0x6f626a;  // "obj"
 
+// What the objective's first call returned, checked as optex.minimize checks
+// a gradient (minimize.py's _checked_gradient) and stricter: a (loss,
+// gradient) pair; a gradient of float32 or float64 (a list or tuple read as
+// float64; an integer or float16 array refused, never cast) and of shape
+// (dim,); the loss a real number; both finite (the point is in [-1, 1]: an
+// objective that returns NaN there times a failure, not a gradient).
+void check_objective_result(const py::object& result, std::size_t dim) {
+  const std::string shape_text =
+      "(loss, gradient) with a gradient of " + std::to_string(dim) + " entries";
+  if (!py::isinstance<py::sequence>(result) || py::isinstance<py::str>(result) ||
+      py::len(result) != 2) {
+    throw std::invalid_argument("objective: must return " + shape_text + ", got a " +
+                                py::str(py::type::of(result).attr("__name__")).cast<std::string>());
+  }
+  const py::object loss_object = result[py::int_(0)];
+  const py::object grad_object = result[py::int_(1)];
+  const py::module_ np = py::module_::import("numpy");
+  double loss = 0.0;
+  try {
+    loss = py::float_(loss_object).cast<double>();
+  } catch (const py::error_already_set&) {
+    throw std::invalid_argument("objective: the loss it returned is not a real number: " +
+                                py::repr(loss_object).cast<std::string>());
+  }
+  if (!std::isfinite(loss)) {
+    throw std::invalid_argument("objective: the loss it returned at a point in [-1, 1] is " +
+                                py::repr(py::float_(loss)).cast<std::string>() +
+                                "; the planner times a finite evaluation");
+  }
+  py::array grad;
+  try {
+    grad = py::isinstance<py::list>(grad_object) || py::isinstance<py::tuple>(grad_object)
+               ? np.attr("asarray")(grad_object, py::arg("dtype") = "float64")
+               : np.attr("asarray")(grad_object);
+  } catch (const py::error_already_set&) {
+    throw std::invalid_argument(
+        "objective: the gradient it returned cannot be converted to a "
+        "float array");
+  }
+  const py::dtype dtype = grad.dtype();
+  if (!dtype.is(py::dtype::of<float>()) && !dtype.is(py::dtype::of<double>())) {
+    throw std::invalid_argument("objective: the gradient it returned has dtype " +
+                                py::str(dtype).cast<std::string>() +
+                                ", which is not supported: return float32 or float64 (for example "
+                                "grad.astype(numpy.float32))");
+  }
+  if (grad.ndim() != 1 || static_cast<std::size_t>(grad.size()) != dim) {
+    throw std::invalid_argument("objective: must return " + shape_text +
+                                ", got a gradient of shape " +
+                                py::str(py::tuple(grad.attr("shape"))).cast<std::string>());
+  }
+  const py::array bad = np.attr("flatnonzero")(np.attr("logical_not")(np.attr("isfinite")(grad)));
+  if (bad.size() > 0) {
+    const py::object first = bad.attr("__getitem__")(0);
+    throw std::invalid_argument(
+        "objective: the gradient it returned at a point in [-1, 1] holds " +
+        py::repr(py::float_(grad.attr("__getitem__")(first))).cast<std::string>() + " at element " +
+        py::str(first).cast<std::string>() + " (" + py::str(bad.attr("size")).cast<std::string>() +
+        " non-finite entries); the planner times a finite evaluation");
+  }
+}
+
 // The median of kTimedCalls calls of objective(x) at a random point (uniform in
-// [-1, 1], fixed seed), after one untimed call that must return
-// (loss, gradient) with dim gradient entries.
+// [-1, 1], fixed seed), after one untimed call whose result must pass
+// check_objective_result.
 double time_objective(const py::function& objective, std::size_t dim) {
   py::array_t<float> x(static_cast<py::ssize_t>(dim));
   SplitMix64 rng(kObjectivePointSeed);
   float* data = x.mutable_data();
   for (std::size_t i = 0; i < dim; ++i) data[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
 
-  const py::object first = objective(x);
-  const auto bad_result = [dim] {
-    return std::invalid_argument("objective: must return (loss, gradient) with a gradient of " +
-                                 std::to_string(dim) + " entries");
-  };
-  if (!py::isinstance<py::sequence>(first) || py::isinstance<py::str>(first) ||
-      py::len(first) != 2) {
-    throw bad_result();
-  }
-  const py::object size = py::module_::import("numpy").attr("size")(first[py::int_(1)]);
-  if (size.cast<std::size_t>() != dim) throw bad_result();
+  check_objective_result(objective(x), dim);
 
   std::vector<double> times;
   for (int i = 0; i < kTimedCalls; ++i) {
@@ -85,6 +137,9 @@ Plan make_plan(py::ssize_t dim, int parallelism, int history,
   // Everything but the gradient time is checked before the objective runs.
   r.gradient_seconds = gradient_seconds.value_or(1.0);
   r.validate();
+  // A measurement of this machine (a timer not given) that cannot fit in its
+  // memory is refused before the objective runs or anything is allocated.
+  if (!round_timer || !step_timer) check_plan_memory(r);
   if (objective) r.gradient_seconds = time_objective(*objective, r.dim);
 
   RoundTimer rounds;
@@ -201,8 +256,17 @@ assumption to measure on your problem. gradient_noise: rho, the noise variance
 over the squared gradient norm of one evaluation (None: unknown).
 round_timer(dim, parallelism, history) and step_timer(dim), seconds of a
 round's overhead and of a plain step, replace the measurements (for tests).
-Raises ValueError naming the argument for a bad value, before anything is
-measured or the objective is called.
+Raises ValueError naming the argument for a bad value (gradient_noise must be
+finite and >= 0, or None), before anything is measured or the objective is
+called; and ValueError "dim: ... is too large for this machine: a round at
+N = ..., T0 = ... needs about X GB, it has Y GB" where a measurement of this
+machine (a timer not given) would need more than 80% of its physical memory
+(optex-plan's check, the same code), also before the objective is called or
+anything is allocated. The objective's first (untimed) result must be a
+(loss, gradient) pair as optex.minimize takes it: a real, finite loss and a
+finite gradient of shape (dim,), float32 or float64 (a list or tuple is read
+as float64; an integer or float16 array is refused, never cast); otherwise
+ValueError naming the objective's result.
 )doc");
 }
 

@@ -132,6 +132,8 @@ def test_the_default_timers_measure_this_machine() -> None:
         (dict(gradient_seconds=1.0, efficiency=0.0), "efficiency"),
         (dict(gradient_seconds=1.0, efficiency=1.5), "efficiency"),
         (dict(gradient_seconds=1.0, gradient_noise=-0.5), "gradient_noise"),
+        (dict(gradient_seconds=1.0, gradient_noise=math.inf), "gradient_noise: must be finite"),
+        (dict(gradient_seconds=1.0, gradient_noise=-math.inf), "gradient_noise"),
         (dict(gradient_seconds=1.0, threads=-1), "threads"),
         (dict(gradient_seconds=1.0, device="tpu"), "device"),
         (dict(gradient_seconds=1.0, dim=0), "dim"),
@@ -185,3 +187,72 @@ def test_a_timer_that_returns_nonsense_is_refused() -> None:
         def fails(d, n, t):
             raise RuntimeError("boom")
         optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=fails, step_timer=lambda d: 1e-4)
+
+
+# ------------------------------------------------------------ optex-plan's checks, shared
+
+HUGE = 10**15  # (2 T0 + 4 N + 16) d floats: hundreds of petabytes
+
+
+def test_a_dimension_that_cannot_fit_is_refused_as_optex_plan_refuses_it() -> None:
+    called = []
+
+    def objective(x):
+        called.append(x)
+        return 0.0, x
+
+    message = (r"^dim: 1000000000000000 is too large for this machine: a round at N = 4, T0 = 32 "
+               r"needs about 3\.84e\+08 GB, it has [0-9.e+]+ GB$")
+    with pytest.raises(ValueError, match=message):
+        optex.plan(HUGE, 4, 32, gradient_seconds=1.0)
+    with pytest.raises(ValueError, match=message):  # before the objective is called
+        optex.plan(HUGE, 4, 32, objective=objective)
+    assert not called
+    timers = FakeTimers(a=1e-3)
+    with pytest.raises(ValueError, match=message):  # the plain step is still measured
+        optex.plan(HUGE, 4, 32, gradient_seconds=1.0, round_timer=timers.round)
+    assert timers.round_calls == 0
+    # With both timers given nothing of that size is allocated: the model alone plans.
+    plan = optex.plan(HUGE, 4, 32, gradient_seconds=1.0, round_timer=timers.round,
+                      step_timer=timers.step)
+    assert plan.choice == "optex"
+
+
+@pytest.mark.parametrize(
+    "result, message",
+    [
+        (lambda x: (0.0, np.full(x.size, np.nan, np.float32)), r"gradient it returned .* holds nan at element 0"),
+        (lambda x: (0.0, np.where(np.arange(x.size) == 3, np.inf, x)), r"holds inf at element 3 \(1 non-finite"),
+        (lambda x: (0.0, np.ones(x.size, np.int64)), r"the gradient it returned has dtype int64, which is not supported"),
+        (lambda x: (0.0, np.ones(x.size, np.int32)), r"dtype int32"),
+        (lambda x: (0.0, np.ones(x.size, np.float16)), r"dtype float16"),
+        (lambda x: (0.0, np.ones(x.size, bool)), r"dtype bool"),
+        (lambda x: (0.0, x.reshape(2, -1)), r"must return \(loss, gradient\) with a gradient of 10 entries, got a gradient of shape \(2, 5\)"),
+        (lambda x: (0.0, ["a"] * x.size), r"cannot be converted to a float array"),
+        (lambda x: (math.nan, x), r"the loss it returned at a point in \[-1, 1\] is nan"),
+        (lambda x: (math.inf, x), r"the loss it returned .* is inf"),
+        (lambda x: (object(), x), r"the loss it returned is not a real number"),
+    ],
+)
+def test_an_objective_whose_result_is_not_a_finite_float_gradient_is_refused(result, message) -> None:
+    timers = FakeTimers(a=1e-3)
+    calls = []
+
+    def objective(x):
+        calls.append(x)
+        return result(x)
+
+    with pytest.raises(ValueError, match=message) as refused:
+        optex.plan(10, 2, 4, objective=objective, round_timer=timers.round, step_timer=timers.step)
+    assert str(refused.value).startswith("objective: ")
+    assert len(calls) == 1  # refused after the first, untimed call; nothing timed or measured
+    assert timers.round_calls == timers.step_calls == 0
+
+
+def test_an_objective_may_return_float64_arrays_lists_and_numpy_losses() -> None:
+    timers = FakeTimers(a=1e-3)
+    for result in (lambda x: (np.float32(1.0), x.astype(np.float64)),
+                   lambda x: (1, [float(v) for v in x]),
+                   lambda x: (np.array(2.0), tuple(float(v) for v in x))):
+        plan = optex.plan(10, 2, 4, objective=result, round_timer=timers.round, step_timer=timers.step)
+        assert math.isfinite(plan.expected_round_seconds)

@@ -1,7 +1,5 @@
 #include "command_line.hpp"
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "../flag_values.hpp"
@@ -58,21 +57,13 @@ optex::Device parse_device(const std::string& text) {
   return device;
 }
 
-// The memory the largest measurement holds, against what the machine has.
+// The library's memory check (optex::check_plan_memory), its refusal worded
+// for the flag.
 void check_memory(const optex::PlanRequest& r) {
-  const double rows = 2.0 * r.history + 4.0 * r.max_parallelism + 16.0;
-  const double needed = rows * static_cast<double>(r.dim) * sizeof(float);
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_size <= 0) return;  // unknown: the measurement will tell
-  const double available = static_cast<double>(pages) * static_cast<double>(page_size);
-  if (needed > 0.8 * available) {
-    char text[256];
-    std::snprintf(text, sizeof(text),
-                  "--dim: %zu is too large for this machine: a round at N = %d, T0 = %d needs "
-                  "about %.3g GB, it has %.3g GB",
-                  r.dim, r.max_parallelism, r.history, needed / 1e9, available / 1e9);
-    throw std::invalid_argument(text);
+  try {
+    optex::check_plan_memory(r);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--") + e.what());
   }
 }
 
