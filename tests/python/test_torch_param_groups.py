@@ -263,3 +263,86 @@ def test_no_trainable_parameter_at_all_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="no parameter requires grad"):
         opt.step(lambda: torch.tensor(0.0))
     assert opt.engine is None
+
+
+def group_keys(opt) -> list:
+    return [{k: ([id(p) for p in v] if k == "params" else v) for k, v in g.items()} for g in opt.param_groups]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_add_param_group_refuses_an_empty_group_and_other_optimizers_keys(optimizer) -> None:
+    data = make_data()
+    model = TwoHeads()
+    opt = OptEx([*model.body.parameters(), *model.a.parameters()], optimizer=optimizer, lr=0.02)
+    opt.step(closure_for(opt, model, data))
+    before = repr(group_keys(opt))
+    new = list(model.b.parameters())
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\['params'\]: has no parameters"):
+        opt.add_param_group({"params": []})
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: has no 'params'"):
+        opt.add_param_group({"lr": 0.1})
+    theirs = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]([torch.zeros(1, requires_grad=True)])
+    for key, value in theirs.state_dict()["param_groups"][0].items():
+        if key not in opt.param_groups[0]:  # amsgrad, maximize, foreach, capturable, dampening...
+            with pytest.raises(ValueError, match=rf"param_groups\[1\]: '{key}': not a key"):
+                opt.add_param_group({"params": new, key: value})
+    other = "momentum" if optimizer == "adam" else "betas"
+    with pytest.raises(ValueError, match=rf"'{other}': not a key .* '{other}' is a hyperparameter of optimizer="):
+        opt.add_param_group({"params": new, other: 0.5})
+    assert repr(group_keys(opt)) == before
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['params'\]: has no parameters"):
+        OptEx([{"params": []}, {"params": new}])
+    opt.add_param_group({"params": new, "lr": 0.05})  # still works
+    model.use_b = True
+    opt.step(closure_for(opt, model, data))
+
+
+def test_a_hyperparameter_deleted_mid_run_is_a_value_error_naming_the_group_and_key() -> None:
+    data = make_data()
+    model = TwoHeads()
+    opt = OptEx(groups_of(model), optimizer="adam", lr=0.02, parallelism=2)
+    closure = closure_for(opt, model, data)
+    opt.step(closure)
+    betas = opt.param_groups[1].pop("betas")
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: has no betas"):
+        opt.step(closure)
+    with pytest.raises(ValueError, match=r"state_dict: param_groups\[1\]: has no betas"):
+        opt.state_dict()
+    assert opt.engine.iteration == 1 and not opt.engine.pending
+    opt.param_groups[1]["betas"] = betas
+    opt.param_groups[2]["amsgrad"] = True  # torch.optim.Adam's, which OptEx does not offer
+    with pytest.raises(ValueError, match=r"param_groups\[2\]: 'amsgrad': not a key"):
+        opt.step(closure)
+    del opt.param_groups[2]["amsgrad"]
+    for group in opt.param_groups:  # values may change (schedules): they take effect
+        group["lr"] = 0.01
+    opt.step(closure)
+    assert opt.engine.iteration == 2
+    assert all(entry[1].lr == pytest.approx(0.01) for entry in opt.engine.optimizer)
+
+
+def test_a_users_own_group_keys_stay_and_round_trip_as_in_torch_optim() -> None:
+    """Keys that are no optimizer's option (a label, timm's lr_scale) are the user's:
+    torch.optim keeps them, and so does OptEx, through steps and a state_dict; only
+    another optimizer's options are refused (they would be silently ignored)."""
+    data = make_data()
+    model = TwoHeads()
+    labelled = [{**g, "name": f"group {i}", "lr_scale": 0.5} for i, g in enumerate(groups_of(model))]
+    opt = OptEx(labelled, optimizer="adam", lr=0.02, parallelism=2)
+    closure = closure_for(opt, model, data)
+    for _ in range(2):
+        opt.step(closure)
+    assert [g["name"] for g in opt.param_groups] == ["group 0", "group 1", "group 2"]
+    saved = opt.state_dict()
+    assert [g["lr_scale"] for g in saved["param_groups"]] == [0.5, 0.5, 0.5]
+    twin_model = TwoHeads()
+    twin_model.load_state_dict(model.state_dict())
+    twin = OptEx([{**g, "name": "other"} for g in groups_of(twin_model)], optimizer="adam", lr=0.02,
+                 parallelism=2)
+    twin.load_state_dict(saved)
+    assert [g["name"] for g in twin.param_groups] == ["group 0", "group 1", "group 2"]
+    twin.step(closure_for(twin, twin_model, data))
+    opt.step(closure)
+    assert bits(flat(twin_model.parameters())) == bits(flat(model.parameters()))
+    with pytest.raises(ValueError, match=r"'amsgrad': not a key"):
+        OptEx([{**groups_of(TwoHeads())[0], "amsgrad": False}], optimizer="adam", lr=0.02)

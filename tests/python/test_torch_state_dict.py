@@ -196,3 +196,207 @@ def test_a_torch_optim_state_is_not_mistaken_for_ours() -> None:
     theirs.step()
     with pytest.raises(ValueError, match="not an optex.torch.OptEx state"):
         opt.load_state_dict(theirs.state_dict())
+
+
+# ------------------------------------------------------------------ only OptEx's own state_dicts load
+
+def unchanged(opt):
+    """What a refused load must leave alone: the state_dict's bytes, the param groups,
+    the defaults and the counters."""
+    groups = [{k: ([id(p) for p in v] if k == "params" else v) for k, v in g.items()}
+              for g in opt.param_groups]
+    return (through_bytes(opt.state_dict()), repr(groups), dict(opt.defaults), opt.iteration,
+            None if opt.engine is None else opt.engine.iteration)
+
+
+def params_of(model):
+    return [[*model.body.parameters(), *model.a.parameters()], list(model.b.parameters())]
+
+
+@pytest.mark.parametrize("cls", [torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD])
+def test_a_torch_optim_state_saved_before_its_first_step_is_refused(cls) -> None:
+    model, opt, data = trained()
+    theirs = cls([{"params": params} for params in params_of(model)], lr=0.02)
+    state = theirs.state_dict()
+    assert state["state"] == {}
+    before = unchanged(opt)
+    # The message names what is missing, else what OptEx does not have.
+    missing = [k for k in opt.param_groups[0] if k not in state["param_groups"][0]]
+    keys = "|".join(missing or [k for k in state["param_groups"][0] if k not in opt.param_groups[0]])
+    with pytest.raises(ValueError, match=rf"state_dict\['param_groups'\]\[0\]: .*({keys})"):
+        opt.load_state_dict(state)
+    assert unchanged(opt) == before
+    run(model, opt, data, 1)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd", "rmsprop", "lion"])
+def test_the_param_group_keys_are_the_optimizers_and_nothing_else_loads(optimizer) -> None:
+    from optex.torch import hyperparameters
+    model = TwoHeads()
+    opt = make(model, optimizer=optimizer)
+    state = opt.state_dict()
+    for group in state["param_groups"]:
+        assert set(group) == {"params", *hyperparameters.GROUP_KEYS[optimizer]}
+    opt.load_state_dict(through_file(state))  # its own loads
+    for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop):
+        for key, value in cls([torch.zeros(1, requires_grad=True)]).state_dict()["param_groups"][0].items():
+            if key in state["param_groups"][1]:
+                continue
+            bad = through_file(state)
+            bad["param_groups"][1][key] = value
+            with pytest.raises(ValueError, match=rf"param_groups'\]\[1\]: '{key}': not a key"):
+                opt.load_state_dict(bad)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda g: g.__setitem__("lr", float("nan")), r"\[1\]: lr: must be finite"),
+    (lambda g: g.__setitem__("lr", -0.1), r"\[1\]: lr: must be finite and > 0"),
+    (lambda g: g.__setitem__("lr", "0.1"), r"\[1\]: lr: must be a real number"),
+    (lambda g: g.__setitem__("lr", torch.tensor(0.1, device="meta")), r"\[1\]: lr: must be a number"),
+    (lambda g: g.__setitem__("betas", (0.9, 1.0)), r"\[1\]: betas\[1\]: must be in \[0, 1\)"),
+    (lambda g: g.__setitem__("betas", (-0.1, 0.9)), r"\[1\]: betas\[0\]"),
+    (lambda g: g.__setitem__("betas", 0.9), r"\[1\]: betas: must be a pair"),
+    (lambda g: g.__setitem__("eps", 0.0), r"\[1\]: eps"),
+    (lambda g: g.__setitem__("eps", -1e-8), r"\[1\]: eps"),
+    (lambda g: g.__setitem__("weight_decay", None), r"\[1\]: weight_decay: must be a real number"),
+    (lambda g: g.pop("eps"), r"\[1\]: has no eps"),
+])
+@pytest.mark.parametrize("saved_after_steps", [False, True])
+def test_invalid_hyperparameters_are_refused_at_load_and_change_nothing(change, message,
+                                                                        saved_after_steps) -> None:
+    model, opt, data = trained()
+    state = opt.state_dict() if saved_after_steps else make(TwoHeads()).state_dict()
+    assert bool(state["state"]) == saved_after_steps
+    change(state["param_groups"][1])
+    before = unchanged(opt)
+    with pytest.raises(ValueError, match=r"state_dict\['param_groups'\]" + message):
+        opt.load_state_dict(state)
+    assert unchanged(opt) == before
+    run(model, opt, data, 1)
+
+
+def test_a_slot_of_the_right_size_but_the_wrong_shape_is_refused() -> None:
+    model, opt, data = trained()
+    before = unchanged(opt)
+    for shape in [(-1,), (2, -1), (1, 6, 4)]:
+        state = opt.state_dict()
+        state["state"][0]["exp_avg"] = state["state"][0]["exp_avg"].reshape(*shape).clone()
+        with pytest.raises(ValueError, match=r"\['state'\]\[0\]\['exp_avg'\]: must be a torch.float32 "
+                                             r"tensor of shape \(6, 4\)"):
+            opt.load_state_dict(state)
+    assert unchanged(opt) == before
+
+
+@pytest.mark.parametrize("where", ["slot", "step", "trainable", "x", "history"])
+@pytest.mark.parametrize("form", ["meta", "sparse"])
+def test_meta_and_sparse_tensors_are_value_errors(where, form) -> None:
+    model, opt, data = trained()
+    before = unchanged(opt)
+    state = opt.state_dict()
+    engine = state["optex"]["engine"]
+    holder, key = {"slot": (state["state"][0], "exp_avg"), "step": (state["state"][0], "step"),
+                   "trainable": (state["optex"], "trainable"), "x": (engine, "x"),
+                   "history": (engine["history"], "points")}[where]
+    value = holder[key]
+    holder[key] = value.to("meta") if form == "meta" else (value if value.dim() else value.reshape(1)).to_sparse()
+    with pytest.raises(ValueError, match=rf"\['{key}'\]: must be .*" + ("meta" if form == "meta" else "sparse")):
+        opt.load_state_dict(state)
+    assert unchanged(opt) == before
+
+
+@pytest.mark.parametrize("what,change,message", [
+    ("an index of no parameter", lambda s: s["state"].__setitem__(6, dict(s["state"][5])), r"key 6 is not a parameter index"),
+    ("a negative index", lambda s: s["state"].__setitem__(-1, dict(s["state"][5])), r"key -1 is not a parameter index"),
+    ("a str index", lambda s: s["state"].__setitem__("0", dict(s["state"][0])), r"key '0' is not a parameter index"),
+    ("an unknown top-level key", lambda s: s.__setitem__("scheduler", {}), r"state_dict: unknown keys 'scheduler'"),
+    ("slots in the engine entry", lambda s: s["optex"]["engine"].__setitem__("slots", {}), r"\['engine'\]: unknown keys \['slots'\]"),
+    ("repeated params", lambda s: s["param_groups"][1].__setitem__("params", [0, 1]), r"\[1\]\['params'\]: must be the parameter indices \[4, 5\]"),
+    ("shifted params", lambda s: s["param_groups"][0].__setitem__("params", [1, 2, 3, 4]), r"\[0\]\['params'\]: must be the parameter indices \[0, 1, 2, 3\]"),
+    ("foreign params", lambda s: s["param_groups"][1].__setitem__("params", [140234, 140235]), r"\[1\]\['params'\]: must be"),
+    ("params as tensors", lambda s: s["param_groups"][1].__setitem__("params", [torch.tensor(4), torch.tensor(5)]), r"\[1\]\['params'\]: must be"),
+    ("no params", lambda s: s["param_groups"][1].pop("params"), r"\[1\]: has no 'params'"),
+    ("an unknown param-group key", lambda s: s["param_groups"][0].__setitem__("lr_decay", 0.1), r"'lr_decay': not a key"),
+])
+def test_entries_and_indices_optex_would_not_write_are_refused(what, change, message) -> None:
+    model, opt, data = trained()
+    before = unchanged(opt)
+    state = opt.state_dict()
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        opt.load_state_dict(state)
+        pytest.fail(f"{what}: accepted")
+    assert unchanged(opt) == before
+    run(model, opt, data, 1)
+
+
+def frozen_state():
+    """A state_dict with parameter 0 (body.weight) frozen and its state kept aside."""
+    model, opt, data = trained()
+    model.body.weight.requires_grad_(False)
+    run(model, opt, data, 1)
+    state = opt.state_dict()
+    assert 0 not in state["optex"]["trainable"].tolist() and 0 in state["state"]
+    return model, opt, data, state
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda e: e.__setitem__("extra", torch.zeros(1)), r"\[0\]: unknown keys \['extra'\]"),
+    (lambda e: e.__setitem__("step", torch.tensor(10**6)), r"\[0\]\['step'\]: must be in \[0, "),
+    (lambda e: e["exp_avg_sq"].view(-1).__setitem__(0, -1.0), r"\[0\]: the state kept aside .* cannot be taken back"),
+    (lambda e: e.__setitem__("exp_avg", e["exp_avg"].reshape(-1).clone()), r"\[0\]\['exp_avg'\]: must be"),
+    (lambda e: e.__setitem__("exp_avg", e["exp_avg"].to("meta")), r"\[0\]\['exp_avg'\]: must be .*meta"),
+])
+def test_a_malformed_state_kept_aside_for_a_frozen_parameter_is_refused(change, message) -> None:
+    model, opt, data, state = frozen_state()
+    change(state["state"][0])
+    before = unchanged(opt)
+    with pytest.raises(ValueError, match=r"state_dict\['state'\]" + message):
+        opt.load_state_dict(state)
+    assert unchanged(opt) == before
+    model.body.weight.requires_grad_(True)  # it returns with its own state
+    run(model, opt, data, 1)
+
+
+def test_an_optimizer_state_no_step_can_be_taken_from_is_refused() -> None:
+    """Needs the engine's check that a step can be taken from a loaded state
+    (optex.OptEx.from_state_arrays, src/steppable_state.cpp)."""
+    model, opt, data = trained(optimizer="adam")
+    before = unchanged(opt)
+    state = opt.state_dict()
+    state["state"][0]["exp_avg"].fill_(3e38)
+    with pytest.raises(ValueError, match="state_dict"):
+        opt.load_state_dict(state)
+    assert unchanged(opt) == before
+    run(model, opt, data, 1)
+
+
+def test_lr_schedulers_and_named_parameters_round_trip() -> None:
+    """The keys torch.optim and its LR schedulers write into param groups load back."""
+    model, opt, data = trained(optimizer="adam")
+    schedulers = [torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=20),  # betas too
+                  torch.optim.swa_utils.SWALR(opt, swa_lr=0.01)]
+    run(model, opt, data, 1)
+    for scheduler in schedulers:
+        scheduler.step()
+    state = through_file(opt.state_dict())
+    assert {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum", "swa_lr"} <= set(state["param_groups"][0])
+    opt.load_state_dict(state)
+    run(model, opt, data, 1)
+
+    named = OptEx(TwoHeads().named_parameters(), optimizer="adam", lr=0.01)
+    state = named.state_dict()
+    assert state["param_groups"][0]["param_names"][0] == "body.weight"
+    named.load_state_dict(state)
+    state["param_groups"][0]["param_names"] = ["body.weight"]
+    with pytest.raises(ValueError, match=r"\['param_names'\]: must be a list of 6 str"):
+        named.load_state_dict(state)
+
+
+def test_a_load_leaves_the_defaults_so_later_groups_get_the_same_keys() -> None:
+    model = TwoHeads()
+    model.use_b = True
+    opt = OptEx([{"params": [*model.body.parameters(), *model.a.parameters()]}], lr=0.02)
+    opt.load_state_dict(opt.state_dict())
+    opt.add_param_group({"params": list(model.b.parameters())})
+    assert set(opt.param_groups[1]) == set(opt.param_groups[0])
+    opt.load_state_dict(opt.state_dict())

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import state_dict_checks as _checks
 from .layout import FlatLayout
 from .trainable import Shelf, StepOffsets
 
@@ -44,19 +45,6 @@ def _to_torch(value: Any) -> Any:
         return {k: _to_torch(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_to_torch(v) for v in value]
-    return value
-
-
-def _to_numpy(value: Any, where: str) -> Any:
-    """The inverse of _to_torch: tensors (on the CPU) as numpy arrays."""
-    if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided:
-            raise ValueError(f"{where}: must be a dense tensor")
-        return value.detach().cpu().numpy().copy()
-    if isinstance(value, dict):
-        return {k: _to_numpy(v, f"{where}['{k}']") for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_numpy(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
 
 
@@ -91,37 +79,33 @@ def is_optex_state(state_dict: Any) -> bool:
     return isinstance(state_dict, dict) and KEY in state_dict
 
 
-def _int(value: Any, where: str) -> int:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-            raise ValueError(f"{where}: must be an integer, got a tensor {value.dtype} of shape "
-                             f"{tuple(value.shape)}")
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{where}: must be an integer, got {value!r}")
-    return int(value)
-
-
 def trainable_indices(optex_part: Any, count: int, kind: str) -> list[int]:
     """The engine's parameters (indices into the param-group order), checked:
     a strictly increasing sequence of valid indices; ValueError also for a state
     saved with another optimizer= than ``kind``."""
     if not isinstance(optex_part, dict):
         raise ValueError(f"state_dict['{KEY}']: must be a dict, got {type(optex_part).__name__}")
-    if optex_part.get("format") != FORMAT:
-        raise ValueError(f"state_dict['{KEY}']['format']: expected {FORMAT}, got {optex_part.get('format')!r}")
-    extra = set(optex_part) - {"format", "optimizer", "trainable", "engine"}
+    fmt = optex_part.get("format")
+    if type(fmt) is not int or fmt != FORMAT:
+        raise ValueError(f"state_dict['{KEY}']['format']: expected {FORMAT}, got {_checks.describe(fmt)}")
+    expected = ("format", "optimizer", "trainable", "engine")
+    extra = [k for k in optex_part if k not in expected]
     if extra:
         raise ValueError(f"state_dict['{KEY}']: unknown keys {sorted(map(str, extra))}")
-    if optex_part.get("optimizer") != kind:
+    missing = [k for k in expected if k not in optex_part]
+    if missing:
+        raise ValueError(f"state_dict['{KEY}']: has no {', '.join(map(repr, missing))}")
+    saved_kind = optex_part["optimizer"]
+    if not isinstance(saved_kind, str) or saved_kind != kind:
         raise ValueError(
-            f"state_dict: saved with optimizer={optex_part.get('optimizer')!r}, this optimizer has "
-            f"optimizer={kind!r}"
+            f"state_dict: saved with optimizer={saved_kind!r}, this optimizer has optimizer={kind!r}"
+            if isinstance(saved_kind, str) else
+            f"state_dict['{KEY}']['optimizer']: must be a str, got {_checks.describe(saved_kind)}"
         )
-    trainable = optex_part.get("trainable")
-    if (not isinstance(trainable, torch.Tensor) or trainable.dtype != torch.int64
-            or trainable.dim() != 1):
-        raise ValueError(f"state_dict['{KEY}']['trainable']: must be a 1-dim int64 tensor")
+    trainable = _checks.tensor(optex_part["trainable"], f"state_dict['{KEY}']['trainable']", torch.int64)
+    if trainable.dim() != 1:
+        raise ValueError(f"state_dict['{KEY}']['trainable']: must be a 1-dim int64 tensor, got "
+                         f"{_checks.describe(trainable)}")
     indices = trainable.tolist()
     if not indices or any(i < 0 or i >= count for i in indices) or any(
             b <= a for a, b in zip(indices, indices[1:])):
@@ -129,28 +113,38 @@ def trainable_indices(optex_part: Any, count: int, kind: str) -> list[int]:
             f"state_dict['{KEY}']['trainable']: must be increasing parameter indices in "
             f"[0, {count}), got {indices[:8]}{'...' if len(indices) > 8 else ''}"
         )
-    if not isinstance(optex_part.get("engine"), dict):
-        raise ValueError(f"state_dict['{KEY}']['engine']: must be a dict")
+    if not isinstance(optex_part["engine"], dict):
+        raise ValueError(f"state_dict['{KEY}']['engine']: must be a dict, got "
+                         f"{_checks.describe(optex_part['engine'])}")
+    written_elsewhere = [k for k in _PER_PARAMETER if k != "step" and k in optex_part["engine"]]
+    if written_elsewhere:
+        raise ValueError(f"state_dict['{KEY}']['engine']: unknown keys {written_elsewhere} (the "
+                         "per-parameter entries of 'state' hold the slots, and the param groups the "
+                         "hyperparameters)")
     return indices
 
 
-def _slot_values(entry: dict[Any, Any], i: int, slot_names: Sequence[str], size: int,
+def _slot_values(entry: dict[Any, Any], i: int, slot_names: Sequence[str], shape: torch.Size,
                  finite: bool) -> dict[str, torch.Tensor]:
     """Parameter i's slots as flat float32 CPU tensors (views); ValueError naming the
-    slot unless each is a float32 tensor of ``size`` elements (and finite, if asked:
-    the engine checks the values of the slots it takes itself)."""
+    slot unless each is a dense float32 tensor shaped like the parameter (and finite, if
+    asked: the engine checks the values of the slots it takes itself)."""
     out = {}
     for name in slot_names:
-        value = entry.get(name)
-        if (not isinstance(value, torch.Tensor) or value.dtype != torch.float32
-                or value.numel() != size or finite and not torch.isfinite(value).all()):
-            raise ValueError(
-                f"state_dict['state'][{i}]['{name}']: must be a {'finite ' if finite else ''}float32 "
-                f"tensor of {size} elements"
-                + ("" if not isinstance(value, torch.Tensor) else f", got {value.dtype} with {value.numel()}")
-            )
-        out[name] = value.detach().cpu().reshape(-1)
+        where = f"state_dict['state'][{i}]['{name}']"
+        if name not in entry:
+            raise ValueError(f"{where}: missing (every parameter's state holds "
+                             f"{', '.join(slot_names)}, step)")
+        value = _checks.tensor(entry[name], where, torch.float32, shape, finite=finite)
+        out[name] = value.cpu().reshape(-1)
     return out
+
+
+def _check_entry_keys(entry: dict[Any, Any], i: int, slot_names: Sequence[str]) -> None:
+    unknown = set(entry) - set(slot_names) - {"step"}
+    if unknown:
+        raise ValueError(f"state_dict['state'][{i}]: unknown keys {sorted(map(str, unknown))} "
+                         f"(expected {', '.join([*slot_names, 'step'])})")
 
 
 def engine_arrays(optex_part: dict[str, Any], state: Any, layout: FlatLayout,
@@ -160,12 +154,13 @@ def engine_arrays(optex_part: dict[str, Any], state: Any, layout: FlatLayout,
     a missing or malformed one. The slot names are those of the first engine
     parameter's entry; every other one must have the same (the engine then checks
     that they are its optimizer's)."""
-    arrays = _to_numpy(dict(optex_part["engine"]), f"state_dict['{KEY}']['engine']")
-    step = _int(arrays.get("step"), f"state_dict['{KEY}']['engine']['step']")
+    step = _checks.integer(optex_part["engine"].get("step"), f"state_dict['{KEY}']['engine']['step']")
+    arrays = _checks.to_numpy(dict(optex_part["engine"]), f"state_dict['{KEY}']['engine']")
     if step < 0:
         raise ValueError(f"state_dict['{KEY}']['engine']['step']: must be >= 0, got {step}")
     if not isinstance(state, dict):
         raise ValueError(f"state_dict['state']: must be a dict, got {type(state).__name__}")
+    _checks.check_state_keys(state, len(params))
     index = {id(p): i for i, p in enumerate(params)}
     first = state.get(index[id(layout.params[0])])
     slot_names = sorted(k for k in first if k != "step") if isinstance(first, dict) else []
@@ -176,25 +171,31 @@ def engine_arrays(optex_part: dict[str, Any], state: Any, layout: FlatLayout,
         entry = state.get(i)
         if not isinstance(entry, dict):
             raise ValueError(f"state_dict['state'][{i}]: missing (the engine's parameter {i} has no state)")
-        unknown = set(entry) - set(slot_names) - {"step"}
-        if unknown:
-            raise ValueError(f"state_dict['state'][{i}]: unknown keys {sorted(map(str, unknown))} "
-                             f"(expected {', '.join(slot_names)}, step)")
-        for name, values in _slot_values(entry, i, slot_names, segment.size, finite=False).items():
+        _check_entry_keys(entry, i, slot_names)
+        for name, values in _slot_values(entry, i, slot_names, p.shape, finite=False).items():
             slots[name][segment.offset:segment.stop] = values.numpy()
-        own = _int(entry.get("step"), f"state_dict['state'][{i}]['step']")
-        if not 0 <= own <= step:
-            raise ValueError(f"state_dict['state'][{i}]['step']: must be in [0, {step}] (the engine's "
-                             f"step count), got {own}")
+        own = _own_step(entry, i, step)
         own_steps[id(p)] = own
     arrays["slots"] = slots
     arrays["step"] = step
     return arrays, own_steps
 
 
+def _own_step(entry: dict[Any, Any], i: int, step: int) -> int:
+    where = f"state_dict['state'][{i}]['step']"
+    if "step" not in entry:
+        raise ValueError(f"{where}: missing")
+    own = _checks.integer(entry["step"], where)
+    if not 0 <= own <= step:
+        raise ValueError(f"{where}: must be in [0, {step}] (the engine's step count), got {own}")
+    return own
+
+
 def shelved_states(state: dict[Any, Any], trainable: set[int], params: Sequence[torch.Tensor],
-                   slot_names: Sequence[str]) -> list[tuple[torch.Tensor, dict[str, torch.Tensor], int]]:
-    """The per-parameter states of parameters outside the engine (frozen when saved)."""
+                   slot_names: Sequence[str], step: int) -> list[tuple[torch.Tensor, dict[str, torch.Tensor], int]]:
+    """The per-parameter states of parameters outside the engine (frozen when saved):
+    the engine's slots, finite, shaped like the parameter, and an own step count in
+    [0, ``step``] (a parameter left the engine at a step count it had reached)."""
     out = []
     for i, p in enumerate(params):
         entry = state.get(i)
@@ -202,10 +203,8 @@ def shelved_states(state: dict[Any, Any], trainable: set[int], params: Sequence[
             continue
         if not isinstance(entry, dict):
             raise ValueError(f"state_dict['state'][{i}]: must be a dict")
+        _check_entry_keys(entry, i, slot_names)
         slots = {name: values.clone() for name, values in
-                 _slot_values(entry, i, slot_names, p.numel(), finite=True).items()}
-        own = _int(entry.get("step"), f"state_dict['state'][{i}]['step']")
-        if own < 0:
-            raise ValueError(f"state_dict['state'][{i}]['step']: must be >= 0, got {own}")
-        out.append((p, slots, own))
+                 _slot_values(entry, i, slot_names, p.shape, finite=True).items()}
+        out.append((p, slots, _own_step(entry, i, step)))
     return out

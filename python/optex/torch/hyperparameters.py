@@ -21,6 +21,7 @@ optimizer added to the C++ library is available here without a change.
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -138,6 +139,9 @@ def defaults(optimizer: Any, lr: Any, given: dict[str, Any]) -> dict[str, Any]:
 def real(name: str, value: Any) -> float:
     """A hyperparameter as a float (Python numbers and one-element tensors)."""
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided or value.is_nested or value.device.type == "meta":
+            raise ValueError(f"{name}: must be a number, got a {value.layout} tensor on "
+                             f"{value.device.type} (a dense tensor with a value is needed)")
         if value.numel() != 1:
             raise ValueError(f"{name}: must be a number, got a tensor of shape {tuple(value.shape)}")
         value = value.item()
@@ -166,10 +170,74 @@ def _engine_values(cls: type, group: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+# The keys a param group may hold besides its hyperparameters: torch.optim.Optimizer's
+# own ("params", and "param_names" for parameters given by name), and the bookkeeping of
+# torch.optim's LR schedulers, which they write into the groups of any optimizer
+# (LRScheduler's "initial_lr", OneCycleLR's "max_lr" and "min_lr", OneCycleLR's and
+# CyclicLR's "base_momentum" and "max_momentum", SWALR's "swa_lr").
+TORCH_KEYS = ("params", "param_names")
+SCHEDULER_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
+
+
+@functools.cache
+def foreign_keys(kind: str) -> frozenset[str]:
+    """The options of every torch.optim optimizer and of every other OptEx kind that
+    optimizer=``kind`` does not have: in a param group they would be kept and silently
+    ignored (Adam's ``amsgrad``, SGD's ``dampening``, ...). Read from torch.optim's own
+    constructors, so a newer torch's options are known too."""
+    keys: set[str] = set()
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or cls is torch.optim.Optimizer:
+            continue
+        try:
+            parameters = inspect.signature(cls.__init__).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        keys.update(p.name for p in parameters
+                    if p.name not in ("self", "params") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    for other in GROUP_KEYS.values():
+        keys.update(other)
+    return frozenset(keys - set(GROUP_KEYS[kind]) - set(TORCH_KEYS) - set(SCHEDULER_KEYS))
+
+
+def check_group_keys(kind: str, group: dict[str, Any], where: str) -> None:
+    """ValueError, prefixed by `where`, unless ``group`` holds every hyperparameter of
+    optimizer=``kind`` and no option of another optimizer (foreign_keys): such a key
+    would be kept and silently ignored. Keys that are no optimizer's option (a user's
+    label such as "name" or "lr_scale") are the user's, and stay, as torch.optim keeps
+    them."""
+    keys = GROUP_KEYS[kind]
+    if not isinstance(group, dict):
+        raise ValueError(f"{where}must be a dict, got {type(group).__name__}")
+    missing = [k for k in keys if k not in group]
+    if missing:
+        raise ValueError(
+            f"{where}has no {', '.join(missing)} (a param group of optimizer={kind!r} holds "
+            f"{', '.join(keys)})"
+        )
+    foreign = foreign_keys(kind)
+    unknown = [k for k in group if not isinstance(k, str) or k in foreign]
+    if unknown:
+        owners = {k: [kind for kind, other in GROUP_KEYS.items() if k in other]
+                  for k in unknown if isinstance(k, str)}
+        elsewhere = "".join(f"; {k!r} is a hyperparameter of optimizer={', '.join(map(repr, kinds))}"
+                            for k, kinds in owners.items() if kinds)
+        raise ValueError(
+            f"{where}{', '.join(repr(k) for k in unknown)}: not "
+            f"{'a key' if len(unknown) == 1 else 'keys'} of an optex.torch.OptEx param group with "
+            f"optimizer={kind!r}, which holds {', '.join(keys)} and 'params' (and the LR schedulers' "
+            f"{', '.join(SCHEDULER_KEYS)}){elsewhere}; torch.optim's options such as amsgrad, "
+            "maximize, foreach or fused are not offered"
+        )
+
+
 def make_optimizer(kind: str, group: dict[str, Any], where: str) -> EngineOptimizer:
     """The engine's optimizer for a group's (or the defaults') hyperparameters;
-    ValueError prefixed by `where` and naming the setting."""
+    ValueError prefixed by `where` and naming the setting (or the key that is missing
+    or unknown: check_group_keys)."""
     cls = CLASSES[kind]
+    check_group_keys(kind, group, where)
     try:
         values = _engine_values(cls, group)
         try:

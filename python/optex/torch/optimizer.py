@@ -23,6 +23,7 @@ from .._optex import IterationInfo, Options, built_with_cuda
 from .._optex import OptEx as _Engine
 from . import checkpoint as _checkpoint
 from . import hyperparameters as _hyper
+from . import state_dict_checks as _checks
 from .batched import BatchedClosure
 from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
 from .committed_buffers import CommittedBuffers, buffers_of
@@ -190,7 +191,16 @@ class OptEx(torch.optim.Optimizer):
     norms, per-layer learning rates. The engine applies them per range of the
     vector (``optex.OptEx`` with a list of (size, optimizer) ranges); every
     group uses the same base optimizer. ``add_param_group`` works at any time
-    (see above).
+    (see above). A group holds the optimizer's hyperparameters and ``params``;
+    a group without parameters, a missing hyperparameter, or an option of
+    another optimizer (torch.optim.Adam's ``amsgrad``, ``foreach``, SGD's
+    ``dampening``: OptEx would keep and ignore it) raises ValueError naming it:
+    at construction and in ``add_param_group``, at the next ``step`` (and
+    ``state_dict``) for a key added to or deleted from ``param_groups`` by
+    hand, and in ``load_state_dict``. Keys that are no optimizer's option (a
+    label such as ``"name"``, ``param_names``, the LR schedulers' bookkeeping)
+    are the user's and are kept, as torch.optim keeps them. Values may change
+    between steps (below).
 
     **LR schedulers.** Hyperparameters changed between steps (by a
     ``torch.optim.lr_scheduler``, per group, or by hand) take effect at the
@@ -498,14 +508,20 @@ class OptEx(torch.optim.Optimizer):
         the new ones start from their current values with a zero state and their own
         step count from 0 (so Adam's bias correction starts afresh for them, as
         torch.optim's per-parameter state), and the GP history starts again (the
-        next rounds are warm-up rounds). ValueError (and no change) for a bad
-        hyperparameter, a non-floating, float64 or sparse parameter, a parameter on
-        another device, or the same parameter twice."""
+        next rounds are warm-up rounds). ValueError (and no change) for a group
+        without parameters, an option of another optimizer (such as torch.optim.Adam's
+        ``amsgrad``), a bad hyperparameter, a non-floating, float64 or sparse parameter, a parameter
+        on another device, or the same parameter twice."""
+        g = len(self.param_groups)
+        if isinstance(param_group, dict) and "params" not in param_group:
+            raise ValueError(f"param_groups[{g}]: has no 'params'")
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        g = len(self.param_groups) - 1
         params = group["params"]
         try:
+            if not params:
+                raise ValueError(f"param_groups[{g}]['params']: has no parameters (an empty group "
+                                 "would optimize nothing)")
             if len(params) != len({id(p) for p in params}):
                 raise ValueError(f"param_groups[{g}]: contains the same parameter twice")
             for j, p in enumerate(params):
@@ -908,9 +924,15 @@ class OptEx(torch.optim.Optimizer):
         the optimizer state, the counters and the random state but starts its
         history afresh (warm-up rounds again), so it is not the same run as
         the uninterrupted one. The default resumes bit for bit.
-        RuntimeError while a round is pending (a step failed mid-round)."""
+        RuntimeError while a round is pending (a step failed mid-round); ValueError
+        for param groups changed by hand into what load_state_dict refuses (a key
+        deleted or added, an invalid hyperparameter)."""
         if not isinstance(history, bool):
             raise ValueError(f"history: must be a bool, got {history!r}")
+        try:  # param groups changed by hand: refused here rather than written unloadable
+            _hyper.group_optimizers(self._kind, self.param_groups)
+        except ValueError as error:
+            raise ValueError(f"state_dict: {error} (load_state_dict would refuse it)") from None
         result = super().state_dict()
         if self._engine is None:
             return result
@@ -939,43 +961,45 @@ class OptEx(torch.optim.Optimizer):
         and the run continues bit for bit (without the history if it was left
         out). The parameters are not changed: they must hold the checkpoint's
         iterate at the next step (load the model's matching state_dict).
-        ValueError, and nothing changed, for a state that is not an
-        optex.torch.OptEx state of this optimizer kind and these parameters, or
-        whose values are malformed (wrong shapes or dtypes, non-finite values...)."""
-        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
-            raise ValueError("state_dict: expected a dict with 'state' and 'param_groups'")
-        groups = state_dict["param_groups"]
-        for g, group in enumerate(groups if isinstance(groups, list) else []):
-            missing = [k for k in _hyper.GROUP_KEYS[self._kind] if not (isinstance(group, dict) and k in group)]
-            if missing:
-                raise ValueError(
-                    f"state_dict: param_groups[{g}] has no {', '.join(missing)}: not a state of an "
-                    f"optex.torch.OptEx with optimizer={self._kind!r}"
-                )
-        state = state_dict["state"]
+
+        Only a state that an optex.torch.OptEx of this optimizer kind over
+        parameters of these shapes could have written loads (state_dict_checks.py):
+        ValueError, naming the entry, and nothing changed (param groups, state,
+        engine, counters) for anything else: another optimizer's state (a
+        torch.optim optimizer's, even before its first step), a param-group key
+        that is another optimizer's option, an invalid hyperparameter, malformed tensors
+        (wrong shape, dtype or layout, meta tensors), non-finite values, or a
+        state from which the engine cannot take a step."""
+        _checks.check_top(state_dict, _checkpoint.KEY)
+        groups, state = state_dict[_checks.GROUPS], state_dict[_checks.STATE]
+        first = state.get(0)
+        blob = isinstance(first, dict) and _CHECKPOINT_KEY in first
+        if state and not blob and not _checkpoint.is_optex_state(state_dict):
+            raise ValueError(
+                "state_dict: not an optex.torch.OptEx state (it has a 'state' but no "
+                f"'{_checkpoint.KEY}' entry: a torch.optim optimizer's?)"
+            )
+        _checks.check_param_groups(self._kind, groups, self.param_groups)
         if self._shard_state and (state or _checkpoint.is_optex_state(state_dict)):
             raise ValueError(
                 f"state_dict: {_SHARD_STATE}=True cannot load an optimizer state yet (its ranks "
                 "would each need their slice of it); only a state saved before the first step "
                 "(without one) loads"
             )
-        if state and _CHECKPOINT_KEY in (state.get(0) or {} if isinstance(state, dict) else {}):
+        if blob:
             self._load_engine_blob(state_dict)
             return
-        if state and not _checkpoint.is_optex_state(state_dict):
-            raise ValueError(
-                "state_dict: not an optex.torch.OptEx state (it has a 'state' but no "
-                f"'{_checkpoint.KEY}' entry: a torch.optim optimizer's?)"
-            )
         # torch.optim's own checks and param groups first; put back unless
         # everything loads, so that a refused state changes nothing.
-        old_groups, old_state = self.param_groups, self.state
-        super().load_state_dict({"state": {}, "param_groups": groups})
+        old_groups, old_state, old_defaults = self.param_groups, self.state, dict(self.defaults)
+        self._torch_load_groups(groups)
         new_groups = self.param_groups
         try:
             engine, layout, offsets, shelf, ranges = self._engine_from_state(state_dict, new_groups)
         except BaseException:
             self.param_groups, self.state = old_groups, old_state
+            self.defaults.clear()
+            self.defaults.update(old_defaults)
             raise
         self.state.clear()
         self._engine, self._layout, self._last_info = engine, layout, None
@@ -987,6 +1011,15 @@ class OptEx(torch.optim.Optimizer):
         self._ranges = ranges
         self._options = engine.options
         self._iterate = torch.from_numpy(engine.x).to(layout.device)
+
+    def _torch_load_groups(self, groups: list[dict[str, Any]]) -> None:
+        """torch.optim's load of the (checked) param groups, with an empty state. Its
+        ``__setstate__`` adds "differentiable" to the defaults, which add_param_group
+        would then copy into every later group: OptEx keeps its defaults as they were."""
+        defaults = dict(self.defaults)
+        super().load_state_dict({"state": {}, "param_groups": groups})
+        self.defaults.clear()
+        self.defaults.update(defaults)
 
     def _engine_from_state(self, state_dict: dict[str, Any], groups: list[dict[str, Any]]) -> tuple:
         """(engine, layout, offsets, shelf, ranges) of a state_dict() (Nones and empties
@@ -1008,9 +1041,11 @@ class OptEx(torch.optim.Optimizer):
         arrays["optimizer"] = range_entries(ranges)
         try:
             engine = _Engine.from_state_arrays(arrays, device=self._engine_device())
-        except ValueError as error:
+        except (ValueError, TypeError, OverflowError) as error:
             raise ValueError(f"state_dict: {error}") from None
-        for p, slots, own in _checkpoint.shelved_states(state, chosen, params, list(arrays["slots"])):
+        step = int(arrays["step"])
+        for p, slots, own in _checkpoint.shelved_states(state, chosen, params, list(arrays["slots"]), step):
+            _checks.check_shelved(arrays, groups, p, slots, step - own, self._kind)
             shelf.put(p, slots, own)
         return engine, layout, offsets, shelf, ranges
 
@@ -1033,7 +1068,7 @@ class OptEx(torch.optim.Optimizer):
             raise ValueError(
                 f"state_dict: the checkpoint is for {engine.dim} parameters, this optimizer has {layout.dim}"
             )
-        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        self._torch_load_groups(state_dict["param_groups"])
         self.state.clear()
         self._engine, self._layout, self._last_info = engine, layout, None
         self._offsets, self._shelf = StepOffsets(), Shelf()
