@@ -110,6 +110,17 @@ double time_objective(const py::function& objective, std::size_t dim) {
   return std::max(times[times.size() / 2], 1e-9);
 }
 
+// What a timer returned, as seconds: a real number (a bool or anything else
+// is the timer's fault, named; the planner then checks its value).
+double timer_seconds(const py::object& returned, const char* timer) {
+  if (py::isinstance<py::bool_>(returned) || !PyNumber_Check(returned.ptr()) ||
+      py::isinstance<py::array>(returned)) {
+    throw py::type_error(std::string(timer) + ": must return a number of seconds, got a " +
+                         py::str(py::type::of(returned).attr("__name__")).cast<std::string>());
+  }
+  return py::float_(returned).cast<double>();
+}
+
 Plan make_plan(py::ssize_t dim, int parallelism, int history,
                std::optional<double> gradient_seconds, std::optional<py::function> objective,
                const std::string& device, int threads, double efficiency,
@@ -146,14 +157,14 @@ Plan make_plan(py::ssize_t dim, int parallelism, int history,
   if (round_timer) {
     rounds = [&round_timer](const RoundShape& s) {
       py::gil_scoped_acquire gil;
-      return (*round_timer)(s.dim, s.parallelism, s.history).cast<double>();
+      return timer_seconds((*round_timer)(s.dim, s.parallelism, s.history), "round_timer");
     };
   }
   StepTimer steps;
   if (step_timer) {
     steps = [&step_timer](std::size_t d) {
       py::gil_scoped_acquire gil;
-      return (*step_timer)(d).cast<double>();
+      return timer_seconds((*step_timer)(d), "step_timer");
     };
   }
   py::gil_scoped_release release;

@@ -187,6 +187,18 @@ def test_a_timer_that_returns_nonsense_is_refused() -> None:
         def fails(d, n, t):
             raise RuntimeError("boom")
         optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=fails, step_timer=lambda d: 1e-4)
+    # Something that is no number of seconds: a TypeError naming the timer, not pybind11's
+    # "Unable to cast".
+    for returned in ("1e-3", None, True, np.zeros(2), [1e-3]):
+        with pytest.raises(TypeError, match=r"^round_timer: must return a number of seconds, got"):
+            optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=lambda d, n, t, r=returned: r,
+                       step_timer=lambda d: 1e-4)
+        with pytest.raises(TypeError, match=r"^step_timer: must return a number of seconds, got"):
+            optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=lambda d, n, t: 1e-3,
+                       step_timer=lambda d, r=returned: r)
+    # numpy's scalars are numbers.
+    assert optex.plan(10, 2, 4, gradient_seconds=1.0, round_timer=lambda d, n, t: np.float32(1e-3),
+                      step_timer=lambda d: np.float64(1e-4)).choice in ("optex", "sequential", "averaging")
 
 
 # ------------------------------------------------------------ optex-plan's checks, shared
