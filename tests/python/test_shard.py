@@ -303,9 +303,10 @@ ASK = [("sum", 3), ("sum", 3), ("all", 1)]
 TELL = [("all", N), ("all", N), ("all", 1), ("sum", 10 + N * (2 * 2 * N + 1))]
 
 
-def warmed_up() -> tuple[optex.OptEx, Sums, optex.OptEx]:
-    """A lone slice and the whole engine after one round (the next uses the GP)."""
-    sums = Sums()
+def warmed_up(sums: Sums | None = None) -> tuple[optex.OptEx, Sums, optex.OptEx]:
+    """A lone slice (over `sums`, a new Sums by default) and the whole engine after one
+    round (the next uses the GP)."""
+    sums = Sums() if sums is None else sums
     sliced, reference = lone_slice(sums), whole()
     round_of(sliced)
     round_of(reference)
@@ -411,11 +412,7 @@ class HostileSums(Sums):
 
 def hostile_pair() -> tuple[optex.OptEx, HostileSums, optex.OptEx]:
     """A lone slice with hostile sums and the whole engine, after one round."""
-    sums = HostileSums()
-    sliced, reference = lone_slice(sums), whole()
-    round_of(sliced)
-    round_of(reference)
-    return sliced, sums, reference
+    return warmed_up(HostileSums())  # type: ignore[return-value]
 
 
 def nonfinite(rng: np.random.Generator):
