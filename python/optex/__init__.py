@@ -8,7 +8,7 @@ and the N true gradients at those points are evaluated at once on N workers.
     opt = optex.OptEx(x0, optimizer=optex.Adam(lr=1e-2), parallelism=4)
     points = opt.ask()              # (N, d) float32, a read-only view
     opt.tell(grads, losses)         # (N, d), (N,)
-    res = optex.minimize(fun_and_grad, x0, parallelism=4)   # threads or processes
+    res = optex.minimize(fun_and_grad, x0, parallelism=4)   # threads, processes, any Executor
 
 The compiled core lives in optex._optex; everything public is re-exported here.
 PyTorch users: ``optex.torch.OptEx`` is a ``torch.optim.Optimizer`` (``import
@@ -18,7 +18,8 @@ imports torch.
 
 import typing as _typing
 
-from . import problems
+from . import executors, problems
+from .evaluation_error import EvaluationError
 from .minimize import OptimizeResult, minimize
 # Everything the compiled module offers (the engine, options, arrays, the base
 # optimizer classes it registers from each optimizer's own description, ...).
@@ -26,7 +27,8 @@ from ._optex import *  # noqa: F401,F403
 from ._optex import __all__ as _compiled_names
 from ._optex import __version__
 
-__all__ = sorted([*_compiled_names, "OptimizeResult", "__version__", "minimize", "problems"])
+__all__ = sorted([*_compiled_names, "EvaluationError", "OptimizeResult", "__version__",
+                  "executors", "minimize", "problems"])
 
 
 if _typing.TYPE_CHECKING:

@@ -39,3 +39,33 @@ def wrong_shape(x: np.ndarray) -> tuple[float, np.ndarray]:
 
 def not_a_pair(x: np.ndarray) -> float:
     return 0.0
+
+
+class DiesOnce:
+    """Rosenbrock, except that the first evaluation anywhere kills its worker
+    process (os._exit, as a crash or the OOM killer would): `marker` records it."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        import os
+
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return problems.Rosenbrock().value_and_grad(x)
+        os.close(fd)
+        os._exit(1)
+
+
+class Unpicklable:
+    """Rosenbrock behind an object that cannot be pickled (it holds a lock)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        return problems.Rosenbrock().value_and_grad(x)
