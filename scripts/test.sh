@@ -7,7 +7,8 @@
 #      (CPU build: the sanitizers do not instrument device code),
 #   4. the Python package: `pip install .[test,bench,torch]` into .venv (the wheel
 #      build with scikit-build-core; PyTorch from PyPI for optex.torch and for the
-#      tests that compare every optimizer with torch.optim), then pytest, bit for
+#      tests that compare every optimizer with torch.optim; Dask, Ray and mpi4py for
+#      optex.minimize on cluster executors, started locally), then pytest, bit for
 #      bit against the C++ engine through the reference program built in step 2,
 #   5. the GPU check's dry run (scripts/gpu-check.sh): its sequence here, offline,
 #      with the system's Eigen, GoogleTest, Benchmark and CLI11 hidden, so that the
@@ -60,8 +61,9 @@ CMAKE_BUILD_PARALLEL_LEVEL="$jobs" .venv/bin/python -m pip install --quiet \
   "${wheel_cmake[@]/#/--config-settings=}" --config-settings=cmake.define.OPTEX_WARNINGS_AS_ERRORS=ON \
   ".[test,bench,torch]"
 # The C++ programs some tests drive: the reference trajectory and optex-bench.
-# OPTEX_REQUIRE_TORCH=1: a test skipped for lack of PyTorch fails the run.
-OPTEX_REQUIRE_TORCH=1 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
+# OPTEX_REQUIRE_TORCH=1: a test skipped for lack of PyTorch fails the run;
+# OPTEX_REQUIRE_CLUSTER=1: so does one skipped for lack of Dask, Ray, mpi4py or mpirun.
+OPTEX_REQUIRE_TORCH=1 OPTEX_REQUIRE_CLUSTER=1 OPTEX_REFERENCE_TRAJECTORY="$PWD/build/tests/python/optex_reference_trajectory" \
   OPTEX_BENCH="$PWD/build/bench/optex-bench" \
   .venv/bin/python -m pytest tests/python -q -p no:cacheprovider -rs
 echo "Python step: $((SECONDS - python_start)) s"

@@ -8,7 +8,9 @@ missing rows go to tell() as non-finite rows, which it drops (DESIGN.md section
 2). Their evaluations keep running: a result that arrives after its round
 closed is a true (point, gradient) pair, and the engine's observe() adds it to
 the GP history, so the straggler's work still improves the next predictions.
-Evaluations of a closed round that have not started are cancelled.
+Evaluations of a closed round are never cancelled while the run goes on (the
+executors of Dask and Ray cannot tell a queued task from a running one, and
+cancel both); those still out when minimize returns are cancelled then.
 
 Errors. The objective's exception is re-raised as it is (with a note naming
 the point); a future that ends without a result (dead worker, pickling, a
@@ -77,8 +79,9 @@ class RoundEvaluator:
             else:
                 losses[i], grads[i] = math.nan, math.nan
                 missing += 1
-                if not f.cancel():  # running: its result may still teach the GP
-                    self.late.append(_Late(f, np.array(points[i]), i, self.engine.iteration))
+                # Not cancelled: Dask and Ray cannot say whether a task has
+                # started, and cancelling a running one would waste its work.
+                self.late.append(_Late(f, np.array(points[i]), i, self.engine.iteration))
         self.dropped += missing
         return missing
 
@@ -185,7 +188,7 @@ class RoundEvaluator:
             self.observed += len(points)
 
     def close(self) -> None:
-        """Cancels late evaluations that have not started (running ones finish on their own)."""
+        """Cancels the late evaluations still out: nobody will observe them."""
         self._abandon([r.future for r in self.late])
 
 

@@ -173,9 +173,10 @@ def minimize(
     K of its N evaluations are in; with ``round_timeout`` (seconds, from the
     round's submission) once the timeout has passed with at least one in. The
     missing rows are dropped as a non-finite row is. Their evaluations keep
-    running (those not started are cancelled); a gradient that arrives after
-    its round committed is given to :meth:`OptEx.observe`, so it still
-    improves the predictions. The defaults (None) wait for all N.
+    running, and a gradient that arrives after its round committed is given
+    to :meth:`OptEx.observe`, so it still improves the predictions (those
+    still out when the run ends are cancelled). The defaults (None) wait for
+    all N.
 
     Errors: ValueError for bad arguments (naming them). The exception the
     objective raised at the lowest-numbered failing point is re-raised as it

@@ -1,12 +1,17 @@
 """The README's Python examples run as written: every ```python block of its
-"## Python quickstart" section, in order, each as a script of its own; and the
-lines that its "## PyTorch" section shows of examples/torch_digits.py are the
+"## Python quickstart" section, in order, each as a script of its own; every
+```python block of its "## On a cluster" section, each as a script run by a
+Python process of its own (Dask and Ray started locally, as the blocks do); and
+the lines that its "## PyTorch" section shows of examples/torch_digits.py are the
 example's, which reaches its target in its quick mode and prints its table."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +19,7 @@ import pytest
 from conftest import REPO_ROOT
 
 QUICKSTART = "## Python quickstart"
+CLUSTER = "## On a cluster"
 PYTORCH = "## PyTorch"
 TORCH_EXAMPLE = REPO_ROOT / "examples" / "torch_digits.py"
 
@@ -43,6 +49,37 @@ def test_quickstart_block_runs(index: int, tmp_path: Path, monkeypatch) -> None:
     script.write_text(code, encoding="utf-8")
     monkeypatch.chdir(tmp_path)  # where the example writes its checkpoint
     runpy.run_path(str(script), run_name="__main__")
+
+
+def test_the_cluster_section_has_its_examples() -> None:
+    blocks = python_blocks(REPO_ROOT / "README.md", CLUSTER)
+    assert len(blocks) == 2
+    assert "client.get_executor(" in blocks[0] and "RayExecutor(" in blocks[1]
+    # Right after the quickstart.
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## .*$", text, flags=re.MULTILINE)
+    assert headings.index(CLUSTER) == headings.index(QUICKSTART) + 1
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_cluster_block_runs(index: int, tmp_path: Path) -> None:
+    code = python_blocks(REPO_ROOT / "README.md", CLUSTER)[index]
+    engine = "ray" if re.search(r"^import ray$", code, flags=re.MULTILINE) else "distributed"
+    if importlib.util.find_spec(engine) is None:
+        # As test_cluster_executors.py: a skip, or a failure where CI requires the engines.
+        reason = f"the example needs {engine} (pip install .[test])"
+        if os.environ.get("OPTEX_REQUIRE_CLUSTER") == "1":
+            pytest.fail(reason + "; OPTEX_REQUIRE_CLUSTER=1 requires it", pytrace=False)
+        pytest.skip(reason)
+    # A script run by a process of its own, as a user runs it: Dask's worker
+    # processes re-import it, and Ray's state stays out of this process.
+    script = tmp_path / f"cluster_{index}.py"
+    script.write_text(code, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, check=False)
+    assert done.returncode == 0, f"{script.name} failed:\n{done.stdout}\n{done.stderr}"
+    # It prints res.fun, res.nit and res.stop_reason last.
+    assert done.stdout.splitlines()[-1].endswith(" target_loss"), done.stdout
 
 
 def code_lines(text: str) -> list[str]:
