@@ -23,7 +23,8 @@ namespace optex::detail {
 
 // The most values one fetch of sums brings: a commit's (per compared row
 // four, then ||g_c||^2 and the step's, and the new Gram rows: distances,
-// norms, inner products), a reduction's (two per point).
+// norms, inner products), a reduction's (two per point). observe() fetches
+// the Gram rows of its pairs in pieces of what fits.
 std::size_t sums_capacity(std::size_t n, std::size_t t0) {
   // With N = 1 the statistics of up to T0 pairs are brought up to date at once.
   const std::size_t pairs = n == 1 ? t0 : std::min(n, t0);
@@ -214,16 +215,9 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
       p_->put(state.slots[static_cast<std::size_t>(j)].data(), state_.slot[j], d_ * sizeof(float));
     }
   }
-  // Row by row through next_x_ (free outside a commit) where the storage converts.
+  // Row by row (through next_x_ where the storage converts).
   const auto upload = [&](const float* rows, StoredRows to) {
-    for (std::size_t r = 0; r < history.size(); ++r) {
-      if (to.storage == Storage::fp32) {
-        p_->put(rows + r * d_, to.row(r, d_).data, d_ * sizeof(float));
-      } else {
-        p_->put(rows + r * d_, next_x_, d_ * sizeof(float));
-        p_->store(next_x_, to.row(r, d_), d_);
-      }
-    }
+    for (std::size_t r = 0; r < history.size(); ++r) put_row(rows + r * d_, to.row(r, d_));
   };
   upload(history.points_data(), history_x_);
   upload(history.gradients_data(), history_g_);
@@ -238,6 +232,15 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
   work_state_is_last_ = false;
   fitted_size_ = 0;
   history_host_current_ = false;
+}
+
+void DeviceBackend::put_row(const float* host, StoredRows to) {
+  if (to.storage == Storage::fp32) {
+    p_->put(host, to.data, d_ * sizeof(float));
+  } else {
+    p_->put(host, next_x_, d_ * sizeof(float));
+    p_->store(next_x_, to, d_);
+  }
 }
 
 void DeviceBackend::recompute_gram() {

@@ -5,7 +5,8 @@
 // in their primitives. DESIGN.md section 7 describes the cut. Defined in
 // three files: device_backend.cpp (construction, host views, restore, the
 // history's statistics), device_backend_ask.cpp (the fit and ask()'s steps)
-// and device_backend_tell.cpp (tell()'s checks, reduction and commit).
+// and device_backend_tell.cpp (tell()'s checks, reduction and commit, and
+// observe(), which pushes pairs as a commit does).
 // Private to the library.
 #pragma once
 
@@ -94,9 +95,12 @@ class DeviceBackend final : public EngineBackend {
   void keep_coordinates(std::span<const CoordinateRange> ranges) override;
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                      std::span<const char> predicted) override;
+  void observe(std::span<const float> points, std::span<const float> gradients) override;
 
  private:
-  struct Push {  // one kept pair that survives the push: its slot and batch row
+  // One kept pair that survives the push: its slot, and its row (the batch's
+  // in a commit, the pair's index in observe).
+  struct Push {
     std::size_t slot;
     int row;
   };
@@ -115,6 +119,21 @@ class DeviceBackend final : public EngineBackend {
   void enqueue_backup();
   void store_pushes(const BatchRows& rows, std::size_t& stored);
   void restore_overwritten(std::size_t stored);
+  // The history side of a planned push, shared by commit() and observe():
+  // enqueues the new Gram rows of the planned pairs [first, first + count)
+  // over the first `size` slots into `out` (count x size squared distances,
+  // count squared norms, count x size gradient inner products; the pairs
+  // stored already).
+  void enqueue_gram_rows(std::size_t first, std::size_t count, std::size_t size, double* out);
+  // After the wait that brought every planned pair's Gram rows (`rows`, laid
+  // out as enqueue_gram_rows' for all of them; unused with lazy statistics):
+  // the ring advances by `pushes` and each planned pair records its row, or
+  // is marked stale. The history changed: the fit, the backup and the host
+  // view are no longer current. Host bookkeeping only: nothing throws.
+  void record_pushes(std::size_t pushes, std::size_t size, const double* rows);
+  // host (d fp32 values) into one stored row, through next_x_ where the
+  // storage converts (free outside a round's commit); enqueued.
+  void put_row(const float* host, StoredRows to);
   CommitStats statistics(std::span<const int> compared) const;
   // On a slice: throws std::runtime_error where the commit's completed sums
   // (statistics, ||g_c||^2, the step, the new Gram rows of `size` slots) are

@@ -195,9 +195,6 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
   const std::size_t pushes = plan_push(keep);
   const std::size_t size = std::min(gram_.size() + pushes, capacity_);
   const std::size_t pairs = pushes_.size();
-  double* distances = sums_device_ + stats + 2;
-  double* norms = distances + pairs * size;
-  double* inner = norms + pairs;
   const std::size_t values = stats + 2 + (lazy_gram_ ? 0 : pairs * (2 * size + 1));
   if (keeps_backup_ && !backed_up_) {
     throw std::logic_error("device backend: commit() without a stage_step() that returned true");
@@ -205,16 +202,7 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
   std::size_t stored = 0;
   try {
     store_pushes(rows, stored);
-    if (!lazy_gram_) {
-      query_x_.clear();
-      query_g_.clear();
-      for (const Push& push : pushes_) {
-        query_x_.push_back(history_x_.row(push.slot, d_));
-        query_g_.push_back(history_g_.row(push.slot, d_));
-      }
-      p_->squared_distances(history_x_, size, d_, query_x_, distances, norms);
-      p_->inner_products(history_g_, size, d_, query_g_, inner);
-    }
+    if (!lazy_gram_) enqueue_gram_rows(0, pairs, size, sums_device_ + stats + 2);
     p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, sums_host_.data(), values)});
     if (own != compared.end()) {
       sums_host_[stats] = sums_host_[4 * static_cast<std::size_t>(own - compared.begin()) + 2];
@@ -226,25 +214,127 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
     throw;
   }
   // From here on only host bookkeeping: nothing throws.
+  record_pushes(pushes, size, sums_host_.data() + stats + 2);
+  CommitStats result = statistics(compared);
+  std::swap(x_, next_x_);
+  std::swap(state_, work_);
+  step_ = work_step_;
+  return result;
+}
+
+void DeviceBackend::enqueue_gram_rows(std::size_t first, std::size_t count, std::size_t size,
+                                      double* out) {
+  query_x_.clear();  // capacity T0, reserved: count <= T0 pairs survive a push
+  query_g_.clear();
+  for (std::size_t k = first; k < first + count; ++k) {
+    query_x_.push_back(history_x_.row(pushes_[k].slot, d_));
+    query_g_.push_back(history_g_.row(pushes_[k].slot, d_));
+  }
+  p_->squared_distances(history_x_, size, d_, query_x_, out, out + count * size);
+  p_->inner_products(history_g_, size, d_, query_g_, out + count * size + count);
+}
+
+void DeviceBackend::record_pushes(std::size_t pushes, std::size_t size, const double* rows) {
+  const std::size_t pairs = pushes_.size();
   for (std::size_t k = 0; k < pushes; ++k) gram_.advance();
-  const double* host = sums_host_.data() + stats + 2;
   for (std::size_t k = 0; k < pairs; ++k) {
     if (lazy_gram_) {
       std::erase(stale_, pushes_[k].slot);  // capacity T0, reserved: no allocation
       stale_.push_back(pushes_[k].slot);
       continue;
     }
-    gram_.set_row(pushes_[k].slot, host + k * size, host[pairs * size + k],
-                  host + pairs * size + pairs + k * size);
+    gram_.set_row(pushes_[k].slot, rows + k * size, rows[pairs * size + k],
+                  rows + pairs * size + pairs + k * size);
   }
-  CommitStats result = statistics(compared);
   backed_up_ = false;  // the history changed
-  std::swap(x_, next_x_);
-  std::swap(state_, work_);
-  step_ = work_step_;
-  fitted_size_ = 0;  // the history changed
+  fitted_size_ = 0;
   history_host_current_ = false;
-  return result;
+}
+
+// ---- between rounds -------------------------------------------------------------------
+
+void DeviceBackend::observe(std::span<const float> points, std::span<const float> gradients) {
+  if (sums_ != nullptr) {
+    throw std::logic_error("device backend: observe() on a slice of a sharded engine");
+  }
+  if (points.size() % d_ != 0 || gradients.size() != points.size()) {
+    throw std::invalid_argument("observe: " + std::to_string(points.size()) + " point and " +
+                                std::to_string(gradients.size()) +
+                                " gradient values are not pairs of dimension " +
+                                std::to_string(d_));
+  }
+  const std::size_t m = points.size() / d_;
+  if (m == 0) return;
+  // The pushes of a commit that keeps every pair: row k of the plan is pair k.
+  const std::size_t pushes = plan_push(std::vector<char>(m, 1));
+  const std::size_t pairs = pushes_.size();  // the last min(m, T0)
+  const std::size_t size = std::min(gram_.size() + pushes, capacity_);
+  // Their Gram rows over the final history, as many pairs per fetch as the
+  // sums buffer holds (at least min(N, T0)); more than one fetch gathers
+  // them on the host, in the layout of one.
+  const std::size_t per_fetch = std::max<std::size_t>(1, sums_host_.size() / (2 * size + 1));
+  const bool one_fetch = lazy_gram_ || pairs <= per_fetch;
+  std::vector<double> gathered(one_fetch ? 0 : pairs * (2 * size + 1));
+  // Where copies can fail, what the stores overwrite is kept first: in the
+  // commit's backup rows when they hold every overwritten slot (at most
+  // min(N, T0) pairs), else on the host (a wait).
+  const bool device_backup = keeps_backup_ && pairs <= std::min<std::size_t>(n_, capacity_);
+  std::vector<std::size_t> saved_slots;
+  std::vector<float> saved_x, saved_g;
+  if (keeps_backup_ && !device_backup) {
+    for (const Push& push : pushes_) {
+      if (push.slot < gram_.size()) saved_slots.push_back(push.slot);  // not an empty slot
+    }
+    saved_x.reserve(saved_slots.size() * d_);
+    saved_g.reserve(saved_slots.size() * d_);
+    std::vector<float> row;
+    for (const std::size_t slot : saved_slots) {
+      p_->view_stored(history_x_.row(slot, d_), d_, row);
+      saved_x.insert(saved_x.end(), row.begin(), row.end());
+      p_->view_stored(history_g_.row(slot, d_), d_, row);
+      saved_g.insert(saved_g.end(), row.begin(), row.end());
+    }
+  }
+  backed_up_ = false;  // the backup rows are rewritten below, or stale after the push
+  if (device_backup) {
+    enqueue_backup();
+    p_->fetch({});  // proves the copies good before anything is overwritten
+  }
+  std::size_t stored = 0;
+  try {
+    for (const Push& push : pushes_) {
+      const auto row = static_cast<std::size_t>(push.row) * d_;
+      ++stored;
+      put_row(points.data() + row, history_x_.row(push.slot, d_));
+      put_row(gradients.data() + row, history_g_.row(push.slot, d_));
+    }
+    if (lazy_gram_) p_->fetch({});  // the caller's rows are read by then
+    for (std::size_t first = 0; first < pairs && !lazy_gram_; first += per_fetch) {
+      const std::size_t count = std::min(per_fetch, pairs - first);
+      enqueue_gram_rows(first, count, size, sums_device_);
+      p_->fetch(std::vector<Fetch>{
+          fetch_of<double>(sums_device_, sums_host_.data(), count * (2 * size + 1))});
+      if (one_fetch) break;
+      const double* host = sums_host_.data();
+      std::copy(host, host + count * size, gathered.begin() + first * size);
+      std::copy(host + count * size, host + count * size + count,
+                gathered.begin() + pairs * size + first);
+      std::copy(host + count * size + count, host + count * (2 * size + 1),
+                gathered.begin() + pairs * size + pairs + first * size);
+    }
+  } catch (...) {
+    if (device_backup) restore_overwritten(stored);
+    if (!saved_slots.empty()) {
+      for (std::size_t k = 0; k < saved_slots.size(); ++k) {
+        put_row(saved_x.data() + k * d_, history_x_.row(saved_slots[k], d_));
+        put_row(saved_g.data() + k * d_, history_g_.row(saved_slots[k], d_));
+      }
+      p_->fetch({});
+    }
+    throw;
+  }
+  // From here on only host bookkeeping: nothing throws.
+  record_pushes(pushes, size, one_fetch ? sums_host_.data() : gathered.data());
 }
 
 void DeviceBackend::check_commit_sums(std::span<const int> compared, int c, std::size_t size) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed_observe_scenarios.hpp"
 #include "distributed_scenarios.hpp"
 #include "optex/block_pool.hpp"
 #include "optex/in_process_communicator.hpp"
@@ -89,6 +90,15 @@ TEST_P(Distributed, LocalMisuseThrowsWithoutCommunicating) {
   RunOnRanks(GetParam(), CheckLocalMisuse);
 }
 
+// observe: ranks with 0, 2, 1, 3 late pairs hold the single engine's history.
+TEST_P(Distributed, ObservedPairsOfEveryRankMatchSingleProcess) {
+  RunOnRanks(GetParam(), CheckObserveMatchesSingleProcess);
+}
+
+TEST_P(Distributed, ObserveRefusedOnOneRankIsRefusedOnEveryRank) {
+  RunOnRanks(GetParam(), CheckObserveRefusalOnEveryRank);
+}
+
 // W ranks as threads of one process share its cores; an explicit count is kept.
 TEST_P(Distributed, RanksOnOneMachineShareItsCores) {
   const int world = GetParam();
@@ -150,6 +160,27 @@ TEST(DistributedTimeout, ARankThatStopsMakesTheOthersTimeOut) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(std::to_string(kWorld - 1)));
     }
     EXPECT_TRUE(engine.engine().pending());
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// The same for observe: a rank that never arrives makes the others throw a
+// CommunicatorError naming it, and their histories are unchanged.
+TEST(DistributedTimeout, ARankThatSkipsObserveMakesTheOthersTimeOut) {
+  constexpr int kWorld = 3;
+  const auto start = std::chrono::steady_clock::now();
+  RunOnRanks(kWorld, [](Communicator& c) {
+    c.set_timeout(std::chrono::milliseconds(300));
+    DistributedEngine engine(UniformStart(kDim, 3), Sgd{.lr = 0.01}, WithN(3), c);
+    if (c.rank() == kWorld - 1) return;  // gone
+    const std::vector<float> pair = UniformStart(kDim, 4);
+    try {
+      engine.observe(pair, pair);
+      ADD_FAILURE() << "rank " << c.rank() << ": observe returned";
+    } catch (const CommunicatorError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::to_string(kWorld - 1)));
+    }
+    EXPECT_EQ(engine.engine().history().size(), 0u);
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "distributed_observe_scenarios.hpp"
 #include "distributed_scenarios.hpp"
 #include "optex/mpi_communicator.hpp"
 
@@ -98,6 +99,16 @@ TEST(DistributedMpi, CheckpointResumes) {
 TEST(DistributedMpi, LocalMisuseThrowsWithoutCommunicating) {
   MpiCommunicator world;
   CheckLocalMisuse(world);
+}
+
+TEST(DistributedMpi, ObservedPairsOfEveryRankMatchSingleProcess) {
+  MpiCommunicator world;
+  CheckObserveMatchesSingleProcess(world);
+}
+
+TEST(DistributedMpi, ObserveRefusedOnOneRankIsRefusedOnEveryRank) {
+  MpiCommunicator world;
+  CheckObserveRefusalOnEveryRank(world);
 }
 
 }  // namespace

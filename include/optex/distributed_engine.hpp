@@ -177,6 +177,21 @@ class DistributedEngine {
   // before anything changes; the batch stays pending.
   const IterationInfo& tell(Batch& batch, std::span<const CoordinateRange> unchanged = {});
 
+  // Collective: Engine::observe with every rank's pairs. Each rank passes
+  // its own m_r >= 0 pairs (points and gradients row-major m_r x d, e.g. the
+  // late gradients that reached it); every rank's engine then observes the
+  // concatenation in rank order, so the histories stay the same everywhere.
+  // Each rank checks its own pairs first (as Engine::observe does), and the
+  // ranks exchange the outcome: when any rank's pairs are refused, every rank
+  // throws std::invalid_argument naming the lowest such rank and its reason,
+  // and nothing changes anywhere. Between ask() and tell() it throws
+  // std::runtime_error before any collective (the ranks are in lockstep, so
+  // every rank does). The pairs travel through host memory: one exchange of
+  // a small record (status and count), then one all-gather of the rows,
+  // padded to the largest m_r (skipped when no rank has any). A rank that
+  // stops calling makes the others throw CommunicatorTimeout.
+  void observe(std::span<const float> points, std::span<const float> gradients);
+
   int rank() const;
   int world_size() const;
   int groups() const { return groups_; }

@@ -62,6 +62,12 @@ namespace detail {
 // the engine's memory (its device's, or the host's), with the engine's
 // device's arithmetic; for the distributed and sharded engines' device rows.
 void group_mean(Engine& engine, const float* blocks, std::size_t count, std::size_t n, float* out);
+// Why Engine::observe refuses these pairs of dimension d ("" when it takes
+// them): sizes that are not m x d each, or a value that is not finite or
+// above magnitude_bound(d), named by argument, row and element. The one check
+// of Engine::observe and DistributedEngine::observe.
+std::string observed_pairs_refusal(std::span<const float> points, std::span<const float> gradients,
+                                   std::size_t d);
 }  // namespace detail
 
 class Engine {
@@ -123,6 +129,26 @@ class Engine {
   // The same, from flat arrays: gradients N x d row-major, losses N.
   const IterationInfo& tell(std::span<const float> gradients, std::span<const double> losses,
                             std::span<const CoordinateRange> unchanged = {});
+
+  // Adds m true pairs (points row-major m x dim(), gradients m x dim()) to
+  // the history, in order, as the pushes of a commit would (beyond T0 only
+  // the last T0 survive; each pair advances the ring); nothing else changes:
+  // iterate, optimizer state, step, iteration, evaluations, seeds, lengthscale
+  // and the last batch's rows. For gradients that arrive after their round
+  // was committed (a straggler's): the next ask() refits with them (the
+  // lengthscale selection runs as usual, on iteration % selection_interval),
+  // and they count as history for the warm-up rules. evaluations() does not
+  // change: the caller's round counted those evaluations already. m = 0 does
+  // nothing.
+  //
+  // Everything is checked before anything changes, and a refused call changes
+  // nothing: std::runtime_error between ask() and tell() (the round's proxy
+  // steps used the current history); std::logic_error on a slice of a
+  // sharded engine (not supported there); std::invalid_argument for sizes
+  // that are not m x dim() each, or a value that is not finite or above
+  // magnitude_bound(dim()), naming points or gradients, the row and the
+  // element. On a device the pairs are copied to it (a wait).
+  void observe(std::span<const float> points, std::span<const float> gradients);
 
   void set_gradient_oracle(GradientOracle oracle) { oracle_ = std::move(oracle); }
 

@@ -449,6 +449,15 @@ class OptEx:
     def tell(
         self, grads: ArrayLike, losses: ArrayLike, *, drop_nonfinite: bool = False, unchanged: ArrayLike | None = None
     ) -> IterationInfo: ...
+    def observe(self, points: ArrayLike, grads: ArrayLike) -> None:
+        """Adds true (point, gradient) pairs no round committed (a straggler's) to the history.
+
+        points and grads: (m, d) or (d,) float32/float64 array-likes, pushed in order as a
+        commit pushes its pairs; nothing else changes (x, optimizer state, iteration,
+        evaluations, seeds). ValueError for a bad dtype, shape or value (naming the argument,
+        row, column and value), RuntimeError between ask() and tell() or on a shard slice;
+        the engine is unchanged after any error.
+        """
     def device_points(self) -> DeviceArray: ...
     def device_grads(self) -> DeviceArray: ...
     def device_x(self) -> DeviceArray: ...

@@ -17,6 +17,7 @@
 #include "coordinate_ranges.hpp"
 #include "dlpack.hpp"
 #include "names.hpp"
+#include "observe.hpp"
 #include "optex/engine.hpp"
 #include "optex/magnitude_bound.hpp"
 #include "optimizers.hpp"
@@ -587,6 +588,13 @@ without it: the history receives the points and the gradients as given
 (normally zeros there), and the point the commit steps from is chosen as
 before.
 )doc");
+  cls.def(
+      "observe",
+      [](PyOptEx& self, py::handle points, py::handle grads) {
+        PyOptEx::Exclusive busy(self, "observe");
+        observe_pairs(self.engine(), points, grads);
+      },
+      py::arg("points"), py::arg("grads"), kObserveDoc);
   cls.def("device_points", &device_points,
           R"doc(device_points(self) -> DeviceArray
 

@@ -188,6 +188,16 @@ class EngineBackend {
   // predicted and true rows i < N-1 with keep[i] and predicted[i].
   virtual CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                              std::span<const char> predicted) = 0;
+
+  // ---- between rounds ----
+  // Engine::observe: the m = points.size() / dim() pairs (row-major m x d
+  // points and gradients, every value within the magnitude bound: the caller
+  // checked) enter the history in order, exactly as the kept pairs of a
+  // commit do (beyond T0 only the last T0 survive; every pair advances the
+  // ring). Nothing else changes: iterate, state, step, the batches' rows. A
+  // call that throws (a device's failure) changes nothing. Only between
+  // rounds (it uses scratch a round owns), never on a slice (logic_error).
+  virtual void observe(std::span<const float> points, std::span<const float> gradients) = 0;
 };
 
 class DevicePrimitives;
