@@ -581,3 +581,27 @@ def test_an_unreadable_commentary_is_refused(files, tmp_path):
         assert done.returncode == 2
         assert "--commentary" in done.stderr
         assert not out.exists()
+
+
+def test_appended_sections_end_the_page_in_order(files, tmp_path):
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    first.write_text("## Stragglers\n\nK of N wins on five.\n", encoding="utf-8")
+    second.write_text("## Overhead\n\nDask costs 31 ms.\n", encoding="utf-8")
+    text, _ = run_report(files, tmp_path, "--no-plots", "--append", str(first),
+                         "--append", str(second))
+    last_file_at = text.rindex("## optex-bench /")
+    assert last_file_at < text.index("## Stragglers") < text.index("## Overhead")
+    assert text.endswith("Dask costs 31 ms.\n")
+    assert "--append" in text.split("```sh", 1)[1].split("```", 1)[0]  # in the command shown
+
+
+def test_an_unreadable_appendix_is_refused(files, tmp_path):
+    out = tmp_path / "RESULTS.md"
+    for bad in (tmp_path / "missing.md", tmp_path):  # absent, and a directory
+        done = subprocess.run([sys.executable, str(BENCH_PYTHON / "report.py"), str(files["loss"]),
+                               "--no-plots", "--figures", str(tmp_path / "f"), "--out", str(out),
+                               "--append", str(bad)], capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == 2
+        assert "--append" in done.stderr
+        assert not out.exists()
