@@ -33,6 +33,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from . import _optex
 from ._evaluation import evaluate_or_raise
 from ._optex import IterationInfo, OptEx, Options
 from ._rounds import RoundEvaluator
@@ -91,7 +92,7 @@ def _progress(enabled: bool | None, total: int) -> Any:
 
 def _engine(x0: Any, optimizer: Any, options: Options | None, option_kwargs: dict) -> OptEx:
     """x0's engine to continue, or a new one from x0 and the configuration."""
-    if not isinstance(x0, OptEx):
+    if not isinstance(x0, _optex.OptEx):  # the class itself, whatever OptEx names here
         return OptEx(x0, optimizer, options, **option_kwargs)
     given = [name for name, value in (("optimizer", optimizer), ("options", options)) if value]
     given += sorted(option_kwargs)
