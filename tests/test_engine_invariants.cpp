@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "deferred_primitives.hpp"
+#include "device_fixture.hpp"
 #include "engine_equality.hpp"
 #include "gpu_test_support.hpp"
 #include "optex/batch.hpp"
@@ -87,7 +88,11 @@ using optex::detail::ScopedPrimitives;
 using optex::test::BitEqual;
 using optex::test::DeferredPrimitives;
 using optex::test::DeferredStats;
+using optex::test::DeviceName;
+using optex::test::DeviceParam;
 using optex::test::EveryConfig;
+using optex::test::kDevices;
+using optex::test::OnDevice;
 using optex::test::OptimizerConfig;
 using optex::test::Quartic;
 using optex::test::SameBits;
@@ -104,76 +109,6 @@ constexpr std::size_t kWideDim = 300;
 constexpr std::size_t kReductionDim = 5000;
 
 // ---- the fixtures: one instance per device ------------------------------------------
-
-// The device, and for the CPU whether its primitives are deferred
-// (tests/deferred_primitives.hpp): every call queued until the next wait, the
-// outputs the host could read poisoned until then, as on a device.
-struct DeviceParam {
-  Device device;
-  bool deferred = false;
-};
-// In gtest's messages by name, not as bytes.
-void PrintTo(const DeviceParam& p, std::ostream* os) {
-  *os << p.device.name() << (p.deferred ? " (deferred primitives)" : "");
-}
-
-class OnDevice : public ::testing::TestWithParam<DeviceParam> {
- protected:
-  void SetUp() override {
-    if (on_gpu()) optex::test::SkipOrFailWithoutGpu();
-    // Every engine this test makes on the CPU runs on deferred primitives.
-    if (GetParam().deferred) deferred_.emplace(&DeferredPrimitives::factory, &deferred_stats_);
-  }
-  void TearDown() override {
-    if (deferred_) {
-      deferred_.reset();
-      EXPECT_GT(deferred_stats_.fetches, 0) << "no engine ran on the deferred primitives";
-    }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-
-  Device device() const { return GetParam().device; }
-  bool on_gpu() const { return GetParam().device.is_cuda(); }
-  // o on this test's device.
-  Options On(Options o) const {
-    o.device = device();
-    return o;
-  }
-  // The history storages this device offers: bf16 only on a CUDA device.
-  std::vector<Precision> Precisions() const {
-    if (on_gpu()) return {Precision::fp32, Precision::bf16, Precision::bf16_gradients};
-    return {Precision::fp32};
-  }
-
-  // A file name in this test's own temporary directory.
-  std::string Path(const std::string& name) {
-    if (dir_.empty()) {
-      static std::atomic<int> counter{0};
-      dir_ = fs::temp_directory_path() /
-             ("optex_test_engine_invariants_" + std::to_string(::getpid()) + "_" +
-              std::to_string(counter++));
-      fs::remove_all(dir_);
-      fs::create_directories(dir_);
-    }
-    return (dir_ / name).string();
-  }
-
- private:
-  fs::path dir_;
-  DeferredStats deferred_stats_;
-  std::optional<ScopedPrimitives> deferred_;
-};
-
-// The parameter in the test name: .../cpu, .../cpu_deferred, .../cuda0.
-std::string DeviceName(const ::testing::TestParamInfo<DeviceParam>& info) {
-  if (info.param.device.is_cuda()) return "cuda" + std::to_string(info.param.device.index);
-  return info.param.deferred ? "cpu_deferred" : "cpu";
-}
-
-// Every instance: the CPU, the CPU on deferred primitives, CUDA device 0.
-const DeviceParam kDevices[] = {
-    {Device::cpu(), false}, {Device::cpu(), true}, {Device::cuda(0), false}};
 
 class EngineInvariant : public OnDevice {};
 class EngineCheckpoint : public OnDevice {};

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "deferred_primitives.hpp"
+#include "device_fixture.hpp"
 #include "engine_equality.hpp"
 #include "faulty_primitives.hpp"
 #include "gpu_test_support.hpp"
@@ -76,9 +77,12 @@ using optex::detail::ScopedPrimitives;
 using optex::test::BitEqual;
 using optex::test::DeferredPrimitives;
 using optex::test::DeferredStats;
+using optex::test::DeviceName;
 using optex::test::FaultControl;
 using optex::test::FaultyPrimitives;
 using optex::test::InjectedFault;
+using optex::test::kDevices;
+using optex::test::OnDevice;
 using optex::test::OptimizerConfig;
 using optex::test::Quartic;
 using optex::test::SameBits;
@@ -245,65 +249,13 @@ template <class F>
 
 // ---- the device suite ------------------------------------------------------------------------
 
-struct DeviceParam {
-  Device device;
-  bool deferred = false;
-};
-void PrintTo(const DeviceParam& p, std::ostream* os) {
-  *os << p.device.name() << (p.deferred ? " (deferred primitives)" : "");
-}
-
-class EngineObserve : public ::testing::TestWithParam<DeviceParam> {
+class EngineObserve : public OnDevice {
  protected:
-  void SetUp() override {
-    if (on_gpu()) optex::test::SkipOrFailWithoutGpu();
-    if (GetParam().deferred) deferred_.emplace(&DeferredPrimitives::factory, &deferred_stats_);
-  }
-  void TearDown() override {
-    if (deferred_) {
-      deferred_.reset();
-      EXPECT_GT(deferred_stats_.fetches, 0) << "no engine ran on the deferred primitives";
-    }
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-  bool on_gpu() const { return GetParam().device.is_cuda(); }
-  Options On(Options o) const {
-    o.device = GetParam().device;
-    return o;
-  }
-  std::vector<Precision> Precisions() const {
-    if (on_gpu()) return {Precision::fp32, Precision::bf16, Precision::bf16_gradients};
-    return {Precision::fp32};
-  }
   // Statistics computed by another device's reductions than the host's
   // GradientHistory agree to rounding; the CPU's are the same bits.
   double Tolerance() const { return on_gpu() ? 1e-5 : 0.0; }
-  std::string Path(const std::string& name) {
-    if (dir_.empty()) {
-      static std::atomic<int> counter{0};
-      dir_ =
-          fs::temp_directory_path() / ("optex_test_engine_observe_" + std::to_string(::getpid()) +
-                                       "_" + std::to_string(counter++));
-      fs::remove_all(dir_);
-      fs::create_directories(dir_);
-    }
-    return (dir_ / name).string();
-  }
-
- private:
-  fs::path dir_;
-  DeferredStats deferred_stats_;
-  std::optional<ScopedPrimitives> deferred_;
 };
 
-std::string DeviceName(const ::testing::TestParamInfo<DeviceParam>& info) {
-  if (info.param.device.is_cuda()) return "cuda" + std::to_string(info.param.device.index);
-  return info.param.deferred ? "cpu_deferred" : "cpu";
-}
-
-const DeviceParam kDevices[] = {
-    {Device::cpu(), false}, {Device::cpu(), true}, {Device::cuda(0), false}};
 INSTANTIATE_TEST_SUITE_P(Devices, EngineObserve, ::testing::ValuesIn(kDevices), DeviceName);
 
 // The shapes that take each path of the backend's push: N = 4 and T0 = 8
