@@ -41,6 +41,18 @@ def not_a_pair(x: np.ndarray) -> float:
     return 0.0
 
 
+def first_time(marker: str) -> bool:
+    """True for the first caller anywhere (any process): it creates `marker`."""
+    import os
+
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
 class DiesOnce:
     """Rosenbrock, except that the first evaluation anywhere kills its worker
     process (os._exit, as a crash or the OOM killer would): `marker` records it."""
@@ -49,14 +61,11 @@ class DiesOnce:
         self.marker = marker
 
     def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        import os
+        if first_time(self.marker):
+            import os
 
-        try:
-            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return problems.Rosenbrock().value_and_grad(x)
-        os.close(fd)
-        os._exit(1)
+            os._exit(1)
+        return problems.Rosenbrock().value_and_grad(x)
 
 
 class Unpicklable:

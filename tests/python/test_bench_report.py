@@ -571,15 +571,16 @@ def test_commentary_follows_the_summary(files, tmp_path):
     assert "OptEx loses on Ackley, plainly." in text
 
 
-def test_an_unreadable_commentary_is_refused(files, tmp_path):
+@pytest.mark.parametrize("option", ["--commentary", "--append"])
+def test_an_unreadable_markdown_input_is_refused(files, tmp_path, option):
     out = tmp_path / "RESULTS.md"
     for bad in (tmp_path / "missing.md", tmp_path):  # absent, and a directory
         done = subprocess.run([sys.executable, str(BENCH_PYTHON / "report.py"), str(files["loss"]),
                                "--no-plots", "--figures", str(tmp_path / "f"), "--out", str(out),
-                               "--commentary", str(bad)], capture_output=True, text=True,
+                               option, str(bad)], capture_output=True, text=True,
                               check=False)
         assert done.returncode == 2
-        assert "--commentary" in done.stderr
+        assert option in done.stderr
         assert not out.exists()
 
 
@@ -593,15 +594,3 @@ def test_appended_sections_end_the_page_in_order(files, tmp_path):
     assert last_file_at < text.index("## Stragglers") < text.index("## Overhead")
     assert text.endswith("Dask costs 31 ms.\n")
     assert "--append" in text.split("```sh", 1)[1].split("```", 1)[0]  # in the command shown
-
-
-def test_an_unreadable_appendix_is_refused(files, tmp_path):
-    out = tmp_path / "RESULTS.md"
-    for bad in (tmp_path / "missing.md", tmp_path):  # absent, and a directory
-        done = subprocess.run([sys.executable, str(BENCH_PYTHON / "report.py"), str(files["loss"]),
-                               "--no-plots", "--figures", str(tmp_path / "f"), "--out", str(out),
-                               "--append", str(bad)], capture_output=True, text=True,
-                              check=False)
-        assert done.returncode == 2
-        assert "--append" in done.stderr
-        assert not out.exists()
