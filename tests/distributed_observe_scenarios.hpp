@@ -137,18 +137,9 @@ inline void CheckObserveRefusalOnEveryRank(Communicator& comm) {
   ASSERT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
 
   // Pending: a local refusal on every rank.
-  Batch& pending = engine.ask();
+  engine.ask();
   EXPECT_THROW(engine.observe(points, gradients), std::runtime_error);
-  NoisyQuadratic f;
-  for (int i : engine.my_points()) {
-    pending.loss(i) = f.EvaluateWithGradient(pending.point(i), pending.grad(i), pending.seed(i));
-  }
-  engine.tell(pending);
-  Batch& ref = reference.ask();
-  for (int i = 0; i < ref.size(); ++i) {
-    ref.loss(i) = f.EvaluateWithGradient(ref.point(i), ref.grad(i), ref.seed(i));
-  }
-  reference.tell(ref);
+  RoundOnBoth(engine, reference);  // its ask() returns the pending batch
   ASSERT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();
 
   // Still in step.
