@@ -46,6 +46,17 @@ inline LatePairs LatePairsOfRank(int rank, std::size_t d) {
   return p;
 }
 
+// Every rank's pairs in rank order: what each rank observes.
+inline LatePairs LatePairsOfEveryRank(int ranks, std::size_t d) {
+  LatePairs all;
+  for (int r = 0; r < ranks; ++r) {
+    const LatePairs p = LatePairsOfRank(r, d);
+    all.points.insert(all.points.end(), p.points.begin(), p.points.end());
+    all.gradients.insert(all.gradients.end(), p.gradients.begin(), p.gradients.end());
+  }
+  return all;
+}
+
 // One round of the distributed engine and of the reference, every point
 // evaluated the same way.
 inline void RoundOnBoth(DistributedEngine& engine, Engine& reference) {
@@ -84,12 +95,7 @@ inline void CheckObserveMatchesSingleProcess(Communicator& comm) {
 
   const LatePairs mine = LatePairsOfRank(comm.rank(), kDim);
   engine.observe(mine.points, mine.gradients);
-  LatePairs all;
-  for (int r = 0; r < comm.size(); ++r) {
-    const LatePairs p = LatePairsOfRank(r, kDim);
-    all.points.insert(all.points.end(), p.points.begin(), p.points.end());
-    all.gradients.insert(all.gradients.end(), p.gradients.begin(), p.gradients.end());
-  }
+  const LatePairs all = LatePairsOfEveryRank(comm.size(), kDim);
   reference.observe(all.points, all.gradients);
   if (!all.points.empty()) {
     EXPECT_EQ(engine.communication().collectives, collectives + 3);
@@ -145,12 +151,7 @@ inline void CheckObserveRefusalOnEveryRank(Communicator& comm) {
   // Still in step.
   const LatePairs mine = LatePairsOfRank(comm.rank(), kDim);
   engine.observe(mine.points, mine.gradients);
-  LatePairs all;
-  for (int r = 0; r < comm.size(); ++r) {
-    const LatePairs p = LatePairsOfRank(r, kDim);
-    all.points.insert(all.points.end(), p.points.begin(), p.points.end());
-    all.gradients.insert(all.gradients.end(), p.gradients.begin(), p.gradients.end());
-  }
+  const LatePairs all = LatePairsOfEveryRank(comm.size(), kDim);
   reference.observe(all.points, all.gradients);
   RoundOnBoth(engine, reference);
   ASSERT_TRUE(SameEngine(engine.engine(), reference)) << "rank " << comm.rank();

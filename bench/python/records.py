@@ -241,17 +241,17 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_json(path: str, doc: dict[str, Any]) -> None:
+def write_json(path: str, doc: dict[str, Any], rows_key: str = "records") -> None:
     """Writes a document (strict JSON: no NaN or Infinity).
 
-    Everything but the records is indented; the records, by far the bulk, come last,
+    Everything but the rows (``doc[rows_key]``) is indented; the rows, by far the bulk, come last,
     one compact object per line, which keeps files small and diffs readable.
     """
     safe = json_safe(doc)
-    rows = safe.pop("records", [])
+    rows = safe.pop(rows_key, [])
     head = json.dumps(safe, indent=1, allow_nan=False)
     body = ",\n".join(json.dumps(r, separators=(",", ":"), allow_nan=False) for r in rows)
-    text = head[: head.rindex("}")].rstrip() + ',\n "records": [\n' + body + "\n ]\n}\n"
+    text = head[: head.rindex("}")].rstrip() + f',\n "{rows_key}": [\n' + body + "\n ]\n}\n"
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # A path ending in ".gz" is written gzip-compressed (plots.py and report.py read both).

@@ -76,8 +76,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import gzip
-import json
 import math
 import multiprocessing
 import os
@@ -443,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs": rows,
     }
     if args.json:
-        write_json(args.json, doc)
+        records.write_json(args.json, doc, rows_key="runs")
     if args.markdown:
         directory = os.path.dirname(os.path.abspath(args.markdown))
         os.makedirs(directory, exist_ok=True)
@@ -452,24 +450,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.quiet:
         print(markdown(doc), file=sys.stderr)
     return doc
-
-
-def write_json(path: str, doc: dict[str, Any]) -> None:
-    """Strict JSON (non-finite numbers as null); the runs, one compact line each, last; a path
-    ending in ".gz" is gzip-compressed."""
-    safe = records.json_safe(doc)
-    rows = safe.pop("runs", [])
-    head = json.dumps(safe, indent=1, allow_nan=False)
-    body = ",\n".join(json.dumps(r, separators=(",", ":"), allow_nan=False) for r in rows)
-    text = head[: head.rindex("}")].rstrip() + ',\n "runs": [\n' + body + "\n ]\n}\n"
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    if str(path).endswith(".gz"):  # gzip-compressed, as records.write_json does
-        with gzip.open(path, "wt", encoding="utf-8") as out:
-            out.write(text)
-    else:
-        with open(path, "w") as out:
-            out.write(text)
 
 
 if __name__ == "__main__":
