@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._evaluation import Raised, checked_gradient, evaluate_point
+from ._optex import magnitude_bound
 from .evaluation_error import EvaluationError
 
 
@@ -167,7 +168,7 @@ class RoundEvaluator:
         if not arrived:
             return
         self.late = [r for r in self.late if not r.future.done()]
-        bound = _magnitude_bound(self.engine.dim)
+        bound = float(magnitude_bound(self.engine.dim))
         points, grads = [], []
         for r in arrived:
             if r.future.cancelled() or r.future.exception() is not None:
@@ -195,9 +196,3 @@ class RoundEvaluator:
 def _failed(f: cf.Future) -> bool:
     """Whether a finished future holds no usable result: cancelled, raised, or the objective raised."""
     return f.cancelled() or f.exception() is not None or isinstance(f.result(), Raised)
-
-
-def _magnitude_bound(d: int) -> float:
-    from ._optex import magnitude_bound
-
-    return float(magnitude_bound(d))
