@@ -141,7 +141,9 @@ def test_a_worker_that_dies_is_an_evaluation_error_and_the_call_can_be_retried(
             pytest.raises(optex.EvaluationError, match="ended without a result") as err:
         optex.minimize(objective, engine, workers=pool, max_iters=12)
     assert isinstance(err.value.__cause__, cf.process.BrokenProcessPool)
-    assert err.value.point == 0
+    # Whichever worker opens the marker first dies; the other may finish its point first.
+    assert 0 <= err.value.point < 4
+    assert f"point {err.value.point} of iteration 0" in str(err.value)
     check_pending_and_unchanged(err.value, X0)
     with cf.ProcessPoolExecutor(2) as fresh:
         retried = optex.minimize(objective, engine, workers=fresh, max_iters=12)
