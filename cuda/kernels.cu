@@ -34,7 +34,7 @@ constexpr int kMaxReductionBlocks = 1024;
 constexpr int kMaxChunk = 16;     // rows per squared_distances block
 constexpr int kMaxGridY = 65535;  // gridDim.y (and z) limit
 constexpr std::size_t kMaxElementwiseBlocks = 65536;
-constexpr int kMaxStepRows = 12288;  // 48 KiB of float weights in shared memory
+constexpr int kMaxStepRows = 12288;  // 48 KiB of float weights in shared memory, and the pad
 constexpr unsigned kFullMask = 0xffffffffu;
 
 int ceil_div(int a, int b) { return static_cast<int>((static_cast<long long>(a) + b - 1) / b); }
@@ -410,6 +410,10 @@ __global__ void __launch_bounds__(kThreads)
 // ---- optimizer_step ------------------------------------------------------------
 
 constexpr int kMaxRangesPerLaunch = 16;
+// The compiler loads the weights of the remainder loop below (up to three rows)
+// before it tests the loop's bound; zeroed floats after the last weight keep those
+// loads inside the allocation (compute-sanitizer's memcheck flags them otherwise).
+constexpr int kWeightPad = 4;
 
 // The ranges of one launch, passed by value as a kernel argument (a few
 // hundred bytes, read through the constant cache): range r covers
@@ -434,10 +438,10 @@ __global__ void __launch_bounds__(kThreads)
     step_kernel(const Store* __restrict__ history, const double* __restrict__ weights, int nrows,
                 const float* gradient, float* predicted, const float* x_in, float* x_out,
                 StateRows state, std::size_t d, const __grid_constant__ RangeTable<O> table) {
-  extern __shared__ float w[];
+  extern __shared__ float w[];  // nrows + kWeightPad floats
   if constexpr (Weighted) {
-    for (int j = static_cast<int>(threadIdx.x); j < nrows; j += kThreads)
-      w[j] = static_cast<float>(weights[j]);
+    for (int j = static_cast<int>(threadIdx.x); j < nrows + kWeightPad; j += kThreads)
+      w[j] = j < nrows ? static_cast<float>(weights[j]) : 0.0f;
     __syncthreads();
   }
   const std::size_t end = table.begin[table.count];
@@ -517,7 +521,14 @@ void launch_step(const Store* history, const double* weights, int nrows, const f
   } else if (gradient == nullptr) {
     throw std::invalid_argument("gradient: must not be null when weights is null");
   }
-  const std::size_t shared = weighted ? static_cast<std::size_t>(nrows) * sizeof(float) : 0;
+  const std::size_t shared =
+      weighted ? static_cast<std::size_t>(nrows + kWeightPad) * sizeof(float) : 0;
+  // Past the default 48 KiB a kernel must opt in to more dynamic shared memory.
+  if (shared > 48 * 1024) {
+    OPTEX_CUDA_CHECK(cudaFuncSetAttribute(step_kernel<true, Store, O>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(shared)));
+  }
   for (std::size_t first = 0; first < count; first += kMaxRangesPerLaunch) {
     RangeTable<O> table;
     table.count = static_cast<int>(std::min<std::size_t>(kMaxRangesPerLaunch, count - first));
