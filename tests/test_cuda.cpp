@@ -544,6 +544,9 @@ TEST_F(Cuda, DistributedDeviceEnginesWithAHostCommunicatorMatchOneDeviceEngine) 
                 cudaSuccess);
           }
         }
+        // A small pageable cudaMemcpy may return before its copy lands, and the
+        // engine's stream does not wait for the default stream (Batch's contract).
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         engine.tell(b);
       }
       const auto x = engine.engine().iterate();
@@ -863,6 +866,35 @@ TEST_F(Cuda, EveryFeatureFollowsTheCpu) {
       }
     }
   }
+}
+
+// A CPU checkpoint of every feature at once (two evaluations per point, the
+// adaptive split, both safeguards, a noisy gradient) resumes on the device and
+// takes rounds, and a device checkpoint of it resumes on the CPU.
+TEST_F(Cuda, ACheckpointOfEveryFeatureMovesBetweenDevices) {
+  const optex::problems::WithGradientNoise f(optex::problems::Rastrigin{}, 0.5, 3);
+  const std::vector<float> x0 = f.standard_start(8);
+  Options o = Options::adaptive(6);
+  o.evaluations_per_point = 2;
+  o.trust_region = 3.0;
+  o.max_posterior_variance = 0.9;
+  Engine cpu(x0, Adam{.lr = 0.01}, On(Device::cpu(), o));
+  for (int t = 0; t < 3; ++t) Step(cpu, f);
+  const std::string path = Path("every_feature.ckpt");
+  cpu.save(path);
+  Engine gpu = Engine::load(path, Device::cuda(0));
+  ASSERT_EQ(gpu.device(), Device::cuda(0));
+  EXPECT_EQ(gpu.options().evaluations_per_point, 2);
+  EXPECT_EQ(gpu.options().strategy, optex::Strategy::adaptive);
+  for (int t = 0; t < 4; ++t) Step(gpu, f);
+  EXPECT_EQ(gpu.iteration(), 7);
+  EXPECT_TRUE(AllFinite(gpu.iterate()));
+  const std::string back = Path("every_feature_device.ckpt");
+  gpu.save(back);
+  Engine again = Engine::load(back, Device::cpu());
+  EXPECT_TRUE(BitEqual(again.iterate(), gpu.iterate()));
+  for (int t = 0; t < 2; ++t) Step(again, f);
+  EXPECT_EQ(again.iteration(), 9);
 }
 
 // A refused flat tell() (every step overflows) leaves the device rows as they
