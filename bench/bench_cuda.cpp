@@ -574,8 +574,11 @@ ProxySetup& proxy_setup(std::int64_t d, std::int64_t t0, optex::Precision precis
   o.history = static_cast<int>(t0);
   o.device = optex::Device::cuda(0);
   o.history_precision = precision;
-  s->backend = optex::detail::make_cuda_backend(start_point(d), make_optimizer(opt), o,
-                                                optex::CoordinateShard::whole(d));
+  // The backend takes ranges sized to the dimension, as the Engine hands them over.
+  const optex::OptimizerRanges ranges =
+      optex::OptimizerRanges(make_optimizer(opt)).for_dimension(static_cast<std::size_t>(d));
+  s->backend =
+      optex::detail::make_cuda_backend(start_point(d), ranges, o, optex::CoordinateShard::whole(d));
   BatchAccess::allocate(s->batch, kProxyParallelism, static_cast<std::size_t>(d),
                         optex::Device::cuda(0));
   fill_history(*s);
