@@ -73,3 +73,12 @@ unknown_packages() {
 }
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# A short hash of the sources as they are now, so that a run can tell whether the
+# tree it received is the one the kit was prepared beside (the device's copy has no
+# git history to ask).
+tree_fingerprint() {
+  (cd "$GPU_CHECK_ROOT" && find CMakeLists.txt pyproject.toml cmake cuda include src python tests bench \
+    scripts examples tools -type f ! -path '*/__pycache__/*' -print0 2>/dev/null |
+    sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}

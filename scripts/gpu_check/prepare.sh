@@ -35,6 +35,7 @@ record_commit() {
   {
     git -C "$GPU_CHECK_ROOT" rev-parse HEAD 2>/dev/null || echo "not a git checkout"
     echo "changed files: $(git -C "$GPU_CHECK_ROOT" status --porcelain 2>/dev/null | wc -l)"
+    echo "sources: $(tree_fingerprint)"
   } >"$1/commit"
 }
 

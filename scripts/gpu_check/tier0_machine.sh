@@ -23,7 +23,11 @@ machine_report() {
   echo "date (UTC): $(date -u '+%F %T')"
   echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) memory"
   echo "gpu: ${GPU_NAME:-none} (count ${GPU_COUNT}), driver ${DRIVER_VERSION:-none}, compute capability ${CUDA_ARCH}"
-  echo "tree: $(head -n 1 "${KIT}/commit" 2>/dev/null || echo unknown) ($(sed -n 2p "${KIT}/commit" 2>/dev/null || echo 'changed files: unknown'))"
+  local now then
+  now=$(tree_fingerprint) then=$(sed -n 's/^sources: //p' "${KIT}/commit" 2>/dev/null)
+  echo "tree: $(head -n 1 "${KIT}/commit" 2>/dev/null || echo unknown) when the kit was prepared" \
+    "($(sed -n 2p "${KIT}/commit" 2>/dev/null || echo 'changed files: unknown') then);" \
+    "sources ${now}, $([ "$now" = "$then" ] && echo "as prepared" || echo "changed since (${then:-unknown} then)")"
   echo
   echo "tools and libraries (expected ones; MISSING where not found):"
   found nvidia-smi "$(command -v nvidia-smi || true)"
