@@ -157,3 +157,24 @@ def test_no_signature_names_a_cpp_type() -> None:
     for fn in functions:
         first = (fn.__doc__ or "").splitlines()[0] if fn.__doc__ else ""
         assert "::" not in first and "<" not in first.replace("->", ""), f"{fn!r}: {first}"
+
+
+def test_the_module_keeps_its_static_libraries_to_itself() -> None:
+    # Linked with --exclude-libs,ALL, the module exports its init function and the
+    # weak template instantiations of its own sources, never a function of a static
+    # archive: neither the core (liboptex.a) nor a libstdc++ that a toolchain linked
+    # statically. Exported, a static libstdc++ mixes with the process's shared one,
+    # and `ostream << double` crashed in OptEx.load on such a toolchain.
+    import shutil
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    module = optex._optex.__file__
+    listing = subprocess.run([nm, "-D", "-C", "--defined-only", module], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    strong = [line.split(" ", 2)[2] for line in listing.splitlines()
+              if len(line.split(" ", 2)) == 3 and line.split(" ", 2)[1] == "T"]
+    assert strong == ["PyInit__optex"], strong[:10]
+    for internal in ("std::locale::", "std::ios_base::", "std::codecvt<", "std::num_put<"):
+        assert internal not in listing, internal
