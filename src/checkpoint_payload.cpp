@@ -147,6 +147,11 @@ void read_round_state(Reader& r, std::uint32_t version, FieldLocations& where, E
   s.split_rounds_since_measured = r.get<std::int64_t>("adaptive split rounds since measured");
   s.last_step_norm =
       get_scalar<double>(r, where, SnapshotField::last_step_norm, "last step length");
+  if (version >= 6) {  // before: no verified mode, so no window
+    where.scalar(SnapshotField::window, -1, "verified window", r.offset());
+    s.window_carried = r.get<std::int32_t>("verified window carried steps");
+    s.window_first_slot = r.get<std::uint64_t>("verified window first slot");
+  }
 }
 
 }  // namespace
@@ -200,6 +205,8 @@ void write_payload(const EngineSnapshot& s, PayloadPieces& out) {
   w.put(s.split_noise);
   w.put(s.split_rounds_since_measured);
   w.put(s.last_step_norm);
+  w.put(s.window_carried);  // format 6
+  w.put(s.window_first_slot);
   out.add(w);
 }
 

@@ -96,6 +96,9 @@ class DeviceBackend final : public EngineBackend {
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                      std::span<const char> predicted) override;
   void observe(std::span<const float> points, std::span<const float> gradients) override;
+  void redo_step(Batch& batch, int i, std::size_t slot) override;
+  std::vector<double> window_disagreements(Batch& batch, int count) override;
+  bool stage_steps(Batch& batch, int count) override;
 
  private:
   // One kept pair that survives the push: its slot, and its row (the batch's
@@ -112,6 +115,9 @@ class DeviceBackend final : public EngineBackend {
   // Enqueues the bound flags of `nrows` rows and the work state's finiteness.
   int enqueue_within(const float* rows, int nrows);
   bool flags_all(int count) const;
+  // The end of stage_step() and stage_steps(): the staged iterate's and state's
+  // bound checks (and the first staging's backup), one wait.
+  bool check_staged();
   // The GP step's distances on a slice: completed across the slices (a wait).
   void complete_query_distances(std::size_t n);
   // What a commit pushes: the surviving pairs in push order; returns the pushes.

@@ -107,6 +107,10 @@ bool DeviceBackend::stage_step(Batch& batch, int c) {
   StepGradient g;
   g.row = rows.grad(c, d_);
   enqueue_step(g, from, next_x_);
+  return check_staged();
+}
+
+bool DeviceBackend::check_staged() {
   const int checks = enqueue_within(next_x_, 1);
   const bool backing_up = keeps_backup_ && !backed_up_;
   if (backing_up) enqueue_backup();

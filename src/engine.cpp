@@ -266,8 +266,11 @@ Batch& Engine::ask() {
     std::fill(chain.was_predicted_.begin(), chain.was_predicted_.end(), 0);
     variance_.assign(static_cast<std::size_t>(points), std::numeric_limits<double>::quiet_NaN());
     chain_stop_ = "";
+    // The verified mode first redoes the last round's unverified steps.
+    const int first = redo_window(chain);
+    if (first > 1) chain.proxy_steps_applied_ = true;
     // Proxy steps: x_i = step(x_{i-1}, s_{i-1}, mu(x_{i-1})); the state really advances.
-    for (int i = 1; i < points; ++i) {
+    for (int i = first; i < points; ++i) {
       chain.was_predicted_[static_cast<std::size_t>(i - 1)] = predicts ? 1 : 0;
       backend().proxy_step(chain, i, source, oracle);
       if (const char* stop = safeguard_stop(chain, i); *stop) {
@@ -456,7 +459,13 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
     char& ok = admissible[static_cast<std::size_t>(i)];
     ok = ok && std::isfinite(chain.loss(i)) ? 1 : 0;
   }
-  const int c = commit_point(chain, admissible);
+  const bool verified = options_.mode == Mode::verified;
+  double disagreement = std::numeric_limits<double>::quiet_NaN();
+  int usable = 0;
+  // The slots this round's pairs take (all of them when every pair is admissible).
+  const std::size_t first_slot = verified ? backend().gram().next_slot() : 0;
+  const int c = verified ? verified_steps(chain, admissible, disagreement, usable) - 1
+                         : commit_point(chain, admissible);
   if (c < 0) throw nothing_to_commit(iteration_);
   // After the choice of c, so that it is the one made without `unchanged`.
   if (!unchanged.empty()) backend().keep_coordinates(unchanged);
@@ -493,6 +502,17 @@ const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRang
                                std::numeric_limits<double>::quiet_NaN());
   info.gradient_noise = gradient_noise;
   info.chain_stop = chain_stop_;
+  info.committed_steps = verified ? c + 1 : 1;
+  info.disagreement = disagreement;
+  if (verified) {
+    // The next round redoes the steps after the committed ones with the gradients
+    // measured at their guesses, which this commit stored in order from first_slot.
+    const bool carried = usable == n && c + 1 < n;
+    window_carried_ = carried ? n - (c + 1) : 0;
+    window_first_slot_ = carried ? (first_slot + static_cast<std::size_t>(c + 1)) %
+                                       static_cast<std::size_t>(options_.history)
+                                 : 0;
+  }
 
   ++iteration_;
   evaluations_ += batch.size();

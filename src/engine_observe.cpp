@@ -52,6 +52,9 @@ void Engine::observe(std::span<const float> points, std::span<const float> gradi
   if (points.empty()) return;
   b.observe(points, gradients);
   fitted_ = false;  // the next ask() refits with the new pairs
+  // The new pairs advanced the ring past the gradients a verified window would
+  // redo its steps with: the next window starts afresh (the trajectory is the same).
+  window_carried_ = 0;
 }
 
 }  // namespace optex

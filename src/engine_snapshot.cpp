@@ -37,6 +37,8 @@ void EngineSnapshot::forget_history() {
   squared_distances.assign(cap * cap, 0.0);
   squared_norms.assign(cap, 0.0);
   gradient_gram.assign(cap * cap, 0.0);
+  window_carried = 0;  // its gradients went with the history
+  window_first_slot = 0;
 }
 
 // Reads and writes every member of an engine and its history.
@@ -70,6 +72,8 @@ struct SnapshotAccess {
     s.split_noise = e.split_rule_.noise();
     s.split_rounds_since_measured = e.split_rule_.rounds_since_measured();
     s.last_step_norm = e.last_step_norm_;
+    s.window_carried = e.window_carried_;
+    s.window_first_slot = e.window_first_slot_;
     return s;
   }
 
@@ -106,6 +110,8 @@ struct SnapshotAccess {
     e.evaluations_ = s.evaluations;
     e.split_rule_.restore(s.split_evaluations, s.split_noise, s.split_rounds_since_measured);
     e.last_step_norm_ = s.last_step_norm;
+    e.window_carried_ = s.window_carried;
+    e.window_first_slot_ = static_cast<std::size_t>(s.window_first_slot);
     return e;
   }
 };

@@ -85,6 +85,28 @@ void Options::validate() const {
   require_threshold("max_posterior_variance", max_posterior_variance, 0.0);
   require_threshold("trust_region", trust_region, 0.0);
   require_threshold("max_lengthscale_change", max_lengthscale_change, 1.0);
+  if (mode != Mode::approximate && mode != Mode::verified)
+    reject("mode", static_cast<int>(mode), "approximate or verified");
+  if (!(std::isfinite(tolerance) && tolerance >= 0.0))
+    reject("tolerance", tolerance, "finite and >= 0");
+  if (mode == Mode::verified) {
+    // The commit replays the base optimizer through every point of the window
+    // with that point's one true gradient: nothing may merge, cut or replace them.
+    if (evaluations_per_point != 1)
+      reject("evaluations_per_point", evaluations_per_point, "1 in the verified mode");
+    if (strategy != Strategy::fixed)
+      reject("strategy", static_cast<int>(strategy), "Strategy::fixed in the verified mode");
+    if (proxy == Proxy::target)
+      reject("proxy", static_cast<int>(proxy),
+             "Proxy::gp or Proxy::last_gradient in the verified mode");
+    if (std::isfinite(max_posterior_variance))
+      reject("max_posterior_variance", max_posterior_variance, "+infinity in the verified mode");
+    if (std::isfinite(trust_region))
+      reject("trust_region", trust_region, "+infinity in the verified mode");
+    // The next round redoes the unverified steps with gradients the history keeps.
+    if (history < parallelism)
+      reject("history", history, "at least the parallelism in the verified mode");
+  }
 }
 
 void Stop::validate() const {

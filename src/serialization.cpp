@@ -59,6 +59,9 @@ void put_options(Writer& w, const Options& o) {
   w.put(o.max_posterior_variance, "options.max_posterior_variance");
   w.put(o.trust_region, "options.trust_region");
   w.put(o.max_lengthscale_change, "options.max_lengthscale_change");
+  // Format 6.
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.mode), "options.mode");
+  w.put(o.tolerance, "options.tolerance");
 }
 
 Options get_options(Reader& r, std::uint32_t version) {
@@ -91,6 +94,10 @@ Options get_options(Reader& r, std::uint32_t version) {
     o.max_posterior_variance = r.get<double>("options.max_posterior_variance");
     o.trust_region = r.get<double>("options.trust_region");
     o.max_lengthscale_change = r.get<double>("options.max_lengthscale_change");
+  }
+  if (version >= 6) {  // earlier formats: the approximate mode only
+    o.mode = static_cast<Mode>(r.get<std::uint8_t>("options.mode"));
+    o.tolerance = r.get<double>("options.tolerance");
   }
   return o;
 }

@@ -170,6 +170,20 @@ void check_round_state(const EngineSnapshot& s) {
   } catch (const std::invalid_argument& e) {
     throw InvalidSnapshot(SnapshotField::adaptive_split, e.what());
   }
+  // The window redoes steps with gradients the history holds.
+  const std::int64_t carried = s.window_carried;
+  const bool none = carried == 0 && s.window_first_slot == 0;
+  if (!none &&
+      (s.options.mode != Mode::verified || carried <= 0 || carried >= s.options.parallelism ||
+       static_cast<std::uint64_t>(carried) > s.history_size ||
+       s.window_first_slot >= static_cast<std::uint64_t>(s.options.history))) {
+    throw InvalidSnapshot(SnapshotField::window,
+                          "verified window of " + std::to_string(carried) +
+                              " steps from history slot " + std::to_string(s.window_first_slot) +
+                              " (must be 0 steps from slot 0, or in the verified mode [1, "
+                              "parallelism) steps within the " +
+                              std::to_string(s.history_size) + " pairs of the history)");
+  }
   const double norm = s.last_step_norm;
   if (!((std::isfinite(norm) && norm >= 0.0) || std::isnan(norm))) {
     throw InvalidSnapshot(SnapshotField::last_step_norm, "last step length is " + show(norm) +

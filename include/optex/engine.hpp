@@ -272,6 +272,14 @@ class Engine {
   void cut_chain(Batch& chain, int i);
   // The point the commit steps from; marks the admissible points whose step overflows.
   int commit_point(Batch& chain, std::span<char> admissible);
+  // Verified mode, in ask(): points 1 .. window_carried_ redo the last round's
+  // unverified steps; returns the first point left to the proxy steps.
+  int redo_window(Batch& chain);
+  // Verified mode, in tell(): the steps whose guesses agree (at least one,
+  // within the bounds), staged; 0 when none can be taken. `disagreement`: the
+  // largest accepted. `usable`: the points before the first inadmissible one.
+  int verified_steps(Batch& chain, std::span<const char> admissible, double& disagreement,
+                     int& usable);
   // Throws unless `batch` is this engine's pending batch.
   void check_pending_batch(const Batch& batch) const;
   const IterationInfo& commit(Batch& batch, std::span<const CoordinateRange> unchanged);
@@ -287,6 +295,10 @@ class Engine {
 
   AdaptiveSplit split_rule_;     // Strategy::adaptive's state (unused with Strategy::fixed)
   double last_step_norm_ = 0.0;  // ||x_t - x_{t-1}|| of the last commit (trust region)
+  // Verified mode: the last round's unverified steps, redone by the next with
+  // the gradients in history slots window_first_slot_, +1, ... (modulo T0).
+  int window_carried_ = 0;
+  std::size_t window_first_slot_ = 0;
 
   // Per-iteration work space (allocated once).
   Batch batch_;                   // the N rows the caller evaluates

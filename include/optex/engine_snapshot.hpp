@@ -59,6 +59,12 @@ struct EngineSnapshot {
   std::int64_t split_rounds_since_measured = 0;
   double last_step_norm = 0.0;  // >= 0, or NaN where the backend does not measure it
 
+  // The verified mode's window: the next round redoes the last round's
+  // `window_carried` unverified steps with the gradients in history slots
+  // window_first_slot, +1, ... (modulo T0). 0: the window starts afresh.
+  std::int32_t window_carried = 0;
+  std::uint64_t window_first_slot = 0;
+
   // Empties the history: no pairs, the next push at slot 0, statistics of
   // zero sized by options.history, as in a new engine. An engine built from
   // the snapshot then warms up again, with everything else as it was.
@@ -85,6 +91,7 @@ enum class SnapshotField {
   gradient_gram,
   adaptive_split,  // split_evaluations, split_noise, split_rounds_since_measured
   last_step_norm,
+  window,  // window_carried, window_first_slot
 };
 
 // What validate() throws: a std::invalid_argument whose message names the

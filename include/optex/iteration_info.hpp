@@ -74,6 +74,12 @@ struct IterationInfo {
   // evaluation and m the evaluations; 1e30 where the denominator is not
   // positive (noise only); NaN when no point had two.
   double gradient_noise = 0.0;
+  // Verified mode: the base optimizer's steps this round committed, 1 to N
+  // (the first is always exact; each further one's guess agreed), and the
+  // largest relative disagreement ||guess - replayed|| / ||replayed|| among the
+  // guesses it accepted (0 at tolerance 0). The approximate mode: 1 and NaN.
+  int committed_steps = 1;
+  double disagreement = 0.0;
   // Why the proxy chain ended before its planned length: "" (it did not),
   // "posterior_variance" or "trust_region".
   const char* chain_stop = "";

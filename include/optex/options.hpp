@@ -1,6 +1,7 @@
 // Everything that configures an OptEx run besides the base optimizer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -74,6 +75,19 @@ enum class Strategy {
   adaptive,
 };
 
+// Whether a round's commit may use predicted gradients.
+enum class Mode {
+  // OptEx: the commit steps from the last (or best) point of a proxy chain whose
+  // steps used predicted gradients; the trajectory is not the base optimizer's.
+  approximate,
+  // The base optimizer's own trajectory, in fewer rounds (DESIGN.md section 2,
+  // "The verified mode"): the round's points are guesses of the next iterates
+  // (the last round's unverified steps redone with their true gradients, then GP
+  // proxy steps); the commit replays the base optimizer through them with their
+  // true gradients and keeps the steps whose guess agreed within `tolerance`.
+  verified,
+};
+
 // The largest history Options::validate accepts.
 inline constexpr int kMaxHistory = 4096;
 // The largest parallelism Options::validate accepts (and the most threads a
@@ -135,6 +149,11 @@ struct Options {
   // Storage of the history's points and gradients (CUDA devices only;
   // arithmetic stays fp32 / fp64). See Precision for what bf16 costs.
   Precision history_precision = Precision::fp32;
+  Mode mode = Mode::approximate;
+  // Verified mode: a guess is accepted where ||guess - replayed iterate|| is at
+  // most tolerance * ||replayed iterate||. 0: bit-for-bit equal, so that every
+  // committed iterate and state are the base optimizer's sequential ones exactly.
+  double tolerance = 0.0;
 
   // The reference semantics of the authors' JAX code: Matern-5/2,
   // lengthscale 0.1 on inputs divided by mean sqrt(||x_j||), noise 1e-3,
@@ -167,6 +186,20 @@ struct Options {
     o.strategy = Strategy::adaptive;
     o.continue_from = ContinueFrom::best_loss;
     o.max_lengthscale_change = 10.0;
+    o.validate();
+    return o;
+  }
+
+  // The verified mode (Mode::verified) at this tolerance, with the defaults
+  // otherwise: one evaluation per point, the fixed split, the GP guesses, no
+  // safeguards (the commit checks every guess). Throws std::invalid_argument at
+  // once for a bad parallelism or tolerance.
+  static Options verified(int parallelism = 8, double tolerance = 0.0) {
+    Options o;
+    o.parallelism = parallelism;
+    o.history = std::max(o.history, parallelism);
+    o.mode = Mode::verified;
+    o.tolerance = tolerance;
     o.validate();
     return o;
   }

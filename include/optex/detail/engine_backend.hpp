@@ -189,6 +189,21 @@ class EngineBackend {
   virtual CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                              std::span<const char> predicted) = 0;
 
+  // ---- the verified mode (Options::mode == Mode::verified) ----
+  // In ask(), after begin_batch(): predicted row i-1 := the history gradient in
+  // `slot`, then point i := step(point i-1, work state, it): the last round's
+  // unverified step redone with the true gradient it measured (a Picard sweep).
+  virtual void redo_step(Batch& batch, int i, std::size_t slot) = 0;
+  // In tell(), into scratch only: y_0 := iterate, y_{j+1} := step(y_j, state
+  // stepped j times, gradient row j) for j < count - 1; returns, per j,
+  // ||y_{j+1} - point j+1||^2 and ||y_{j+1}||^2 (2 (count - 1) values, completed
+  // across slices). Changes nothing anyone can observe.
+  virtual std::vector<double> window_disagreements(Batch& batch, int count) = 0;
+  // stage_step() of the verified mode: next iterate := `count` steps from the
+  // iterate with gradient rows 0 .. count-1, the work state with them; the same
+  // bound checks and backup. Returns whether both are within their bounds.
+  virtual bool stage_steps(Batch& batch, int count) = 0;
+
   // ---- between rounds ----
   // Engine::observe: the m = points.size() / dim() pairs (row-major m x d
   // points and gradients, every value within the magnitude bound: the caller
