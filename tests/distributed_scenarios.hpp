@@ -70,12 +70,14 @@ inline void EvaluateLikeAGroup(Batch& batch, int data_parallel) {
 // evaluations into points (Options), beside the ranks' data parallelism.
 inline void CheckMatchesSingleProcess(Communicator& comm, int n, Optimizer optimizer,
                                       int data_parallel = 1, int evaluations_per_point = 1,
-                                      Strategy strategy = Strategy::fixed) {
+                                      Strategy strategy = Strategy::fixed,
+                                      Mode mode = Mode::approximate) {
   comm.set_timeout(kTestTimeout);
   Options options = WithN(n, 17);
   options.history = 12;
   options.evaluations_per_point = evaluations_per_point;
   options.strategy = strategy;
+  options.mode = mode;
   const std::vector<float> x0 = UniformStart(kDim, 5);
   DistributedOptions dist;
   dist.data_parallel = data_parallel;
@@ -97,6 +99,7 @@ inline void CheckMatchesSingleProcess(Communicator& comm, int n, Optimizer optim
     ASSERT_TRUE(SameEngine(engine.engine(), reference))
         << "rank " << comm.rank() << " of " << comm.size() << ", iteration " << t;
     EXPECT_TRUE(SameBits(info.loss, ref_info.loss));
+    EXPECT_EQ(info.committed_steps, ref_info.committed_steps);
   }
   if (comm.size() > 1) {
     EXPECT_GT(engine.communication().bytes_sent, 0u);

@@ -100,6 +100,7 @@ inline void CheckFollowsWholeEngine(Communicator& comm, std::size_t d, Optimizer
     const IterationInfo& ref_info = reference.tell(ref_batch);
     ASSERT_EQ(engine.engine().rng_state(), reference.rng_state()) << "round " << t;
     ASSERT_EQ(info.committed_point, ref_info.committed_point) << "round " << t;
+    ASSERT_EQ(info.committed_steps, ref_info.committed_steps) << "round " << t;
     const std::vector<float> x = WholeIterate(engine);
     if (bit_for_bit) {
       ASSERT_TRUE(SameBits(x, reference.iterate())) << "rank " << comm.rank() << ", round " << t;

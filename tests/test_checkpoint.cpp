@@ -558,7 +558,7 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 6u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 7u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
@@ -567,14 +567,14 @@ TEST_F(BadCheckpoint, WrongVersion) {
   }
 }
 
-// The optimizer ranges and the state slots of format 5, edited one field at a time in a
+// The optimizer ranges and the state slots of format 6, edited one field at a time in a
 // well-formed file (checksum fixed): each is refused naming what is wrong. Offsets for
-// good_ (Adam, d = 6, an empty lengthscale grid): the options take 85 payload bytes, then
+// good_ (Adam, d = 6, an empty lengthscale grid): the options take 94 payload bytes, then
 // the range count (u32), the range's size (u64) and step offset (i64), the optimizer tag
 // (u8) and Adam's five doubles and one flag, then the iterate (u64 count + 6 floats), the
 // step (i64) and the slot count (u8).
 TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
-  constexpr std::size_t kCount = kHeader + 85;
+  constexpr std::size_t kCount = kHeader + 94;
   constexpr std::size_t kSize = kCount + 4;
   constexpr std::size_t kOffset = kSize + 8;
   constexpr std::size_t kTag = kOffset + 8;
@@ -626,7 +626,7 @@ TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
   Engine e(Start(6, 3), ranges, Options{});
   Step(e);
   std::vector<char> bytes = SavedBytes(e, "two.ckpt");
-  constexpr std::size_t kSecondTag = kHeader + 85 + 4 + 8 + 8 + 1 + 5 * 8 + 1 + 8 + 8;
+  constexpr std::size_t kSecondTag = kHeader + 94 + 4 + 8 + 8 + 1 + 5 * 8 + 1 + 8 + 8;
   ASSERT_EQ(static_cast<int>(bytes[kSecondTag]), static_cast<int>(Adam::checkpoint_tag));
   bytes[kSecondTag] = static_cast<char>(optex::RmsProp::checkpoint_tag);
   FixChecksum(bytes);
@@ -641,18 +641,26 @@ TEST_F(Checkpoint, ReadsFormatFourWithStepOffsetsOfZero) {
   const optex::OptimizerRanges ranges{{2, Adam{.lr = 0.01}}, {4, optex::adamw(0.02, 0.1)}};
   Engine e(Start(6, 3), ranges, Options{});
   for (int t = 0; t < 3; ++t) Step(e);
-  std::vector<char> bytes = SavedBytes(e, "five.ckpt");
-  // Options{} (85 bytes), the range count, then per range: size, step offset, tag, Adam's
-  // five doubles and one flag.
+  std::vector<char> bytes = SavedBytes(e, "six.ckpt");
+  // Format 6 less what formats 5 and 6 added, from the end: the verified window (i32 and
+  // u64 after the last step's length), each range's step offset (Options{} takes 94 bytes,
+  // the range count, then per range: size, step offset, tag, Adam's five doubles and one
+  // flag), and the options' mode (u8) and tolerance (f64), their last 9 bytes.
+  const auto erase = [&](std::size_t at, std::size_t count) {
+    bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                bytes.begin() + static_cast<std::ptrdiff_t>(at + count));
+  };
+  erase(bytes.size() - kTrailer - 12, 12);
   constexpr std::size_t kRange = 8 + 8 + 1 + 5 * 8 + 1;
-  constexpr std::size_t kFirstOffset = kHeader + 85 + 4 + 8;
+  constexpr std::size_t kFirstOffset = kHeader + 94 + 4 + 8;
   for (const std::size_t at : {kFirstOffset + kRange, kFirstOffset}) {
     std::int64_t offset = -1;
     std::memcpy(&offset, bytes.data() + at, sizeof offset);
     ASSERT_EQ(offset, 0);
-    bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                bytes.begin() + static_cast<std::ptrdiff_t>(at + 8));
+    erase(at, 8);
   }
+  ASSERT_EQ(bytes[kHeader + 85], 0);  // Mode::approximate
+  erase(kHeader + 85, 9);
   const std::uint32_t four = 4;
   std::memcpy(bytes.data() + 8, &four, sizeof four);
   const std::uint64_t payload = bytes.size() - kHeader - kTrailer;

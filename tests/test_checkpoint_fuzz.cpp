@@ -88,7 +88,7 @@ void Set(std::vector<char>& bytes, std::size_t at, T v) {
   std::memcpy(bytes.data() + at, &v, sizeof v);
 }
 
-// The file offsets of a format 5 checkpoint's fields, found by walking it with the
+// The file offsets of a format 6 checkpoint's fields, found by walking it with the
 // layout of src/checkpoint_payload.cpp (DESIGN.md section 6). `*_count` is a u64 element
 // count, the elements follow it.
 struct Layout {
@@ -97,7 +97,8 @@ struct Layout {
   std::size_t slot_count[optex::kMaxStateSlots];
   std::size_t lengthscale, iteration, evaluations, history_size, history_next;
   std::size_t points_count, gradients_count, distances_count, norms_count, gram_count;
-  std::size_t split_evaluations, split_noise, split_rounds, last_step_norm, end;
+  std::size_t split_evaluations, split_noise, split_rounds, last_step_norm;
+  std::size_t window_carried, window_first_slot, end;
   std::size_t d, capacity;
 };
 
@@ -130,6 +131,7 @@ Layout Walk(const std::vector<char>& b) {
   l.device_index = p + 1;
   p += 1 + 4 + 1;
   p += 4 + 1 + 1 + 8 + 8 + 8;  // evaluations per point, strategy .. max_lengthscale_change
+  p += 1 + 8;                  // mode, tolerance
   l.ranges_count = p;
   const auto ranges = Get<std::uint32_t>(b, p);
   p += 4;
@@ -165,6 +167,9 @@ Layout Walk(const std::vector<char>& b) {
   l.split_rounds = p + 12;
   l.last_step_norm = p + 20;
   p += 28;
+  l.window_carried = p;
+  l.window_first_slot = p + 4;
+  p += 12;
   l.end = p;
   return l;
 }
@@ -462,6 +467,11 @@ TEST_F(HostileCheckpoint, CountersLengthscaleAndRingPositionAreChecked) {
   ExpectRefused(With(l_.split_rounds, std::int64_t{-2}), "adaptive split");
   ExpectRefused(With(l_.last_step_norm, -1.0), "last step length");
   ExpectRefused(With(l_.last_step_norm, HUGE_VAL), "last step length");
+  // The verified window (format 6): none outside the verified mode.
+  ExpectRefused(With(l_.window_carried, std::int32_t{1}), "verified window");
+  ExpectRefused(With(l_.window_carried, std::int32_t{-1}), "verified window");
+  ExpectRefused(With(l_.window_carried, std::int32_t{2147483647}), "verified window");
+  ExpectRefused(With(l_.window_first_slot, std::uint64_t{1}), "verified window");
 }
 
 // Sizes that the file cannot hold, or that the options forbid, are refused before

@@ -40,6 +40,16 @@ TEST_P(Distributed, SeveralEvaluationsPerPointMatchSingleProcessBitForBit) {
   });
 }
 
+// The verified mode: every rank replays the same gathered gradients and
+// commits the same steps as one process, bit for bit.
+TEST_P(Distributed, VerifiedModeMatchesSingleProcessBitForBit) {
+  RunOnRanks(GetParam(), [](Communicator& c) {
+    CheckMatchesSingleProcess(c, 4, Adam{.lr = 0.01}, 1, 1, Strategy::fixed, Mode::verified);
+    CheckMatchesSingleProcess(c, 2 * c.size() + 1, Sgd{.lr = 0.01, .momentum = 0.9}, 1, 1,
+                              Strategy::fixed, Mode::verified);
+  });
+}
+
 TEST_P(Distributed, MomentumSgdWithUnevenSharesMatchesSingleProcess) {
   RunOnRanks(GetParam(), [](Communicator& c) {
     CheckMatchesSingleProcess(c, 2 * c.size() + 1, Sgd{.lr = 0.01, .momentum = 0.9});

@@ -196,6 +196,20 @@ TEST(ShardedEngine, AdaptiveStrategyFollowsTheWholeEngineBitForBit) {
   });
 }
 
+// The verified mode on slices: the replay's disagreements are sums over
+// coordinates, completed across the slices, so every slice commits the steps
+// the whole engine commits, bit for bit.
+TEST(ShardedEngine, VerifiedModeFollowsTheWholeEngineBitForBit) {
+  for (const double tolerance : {0.0, 1e-4}) {
+    Options verified = Options::verified(4, tolerance);
+    verified.seed = 5;
+    verified.history = 12;
+    RunOnRanks(3, [&](Communicator& comm) {
+      CheckFollowsWholeEngine(comm, OneBlockPerRankDim(3), Adam{.lr = 0.02}, true, 1, 30, verified);
+    });
+  }
+}
+
 TEST(ShardedEngine, RepeatsBitForBitOnEveryRank) {
   RunOnRanks(3, [](Communicator& comm) { CheckRepeatsBitForBit(comm); });
 }
