@@ -45,6 +45,7 @@ _LengthscaleSelectionName = Literal["fixed", "leave_one_out", "marginal_likeliho
 _PrecisionName = Literal["fp32", "bf16", "bf16_gradients"]
 _StrategyName = Literal["fixed", "adaptive"]
 _ContinueFromName = Literal["last", "best_loss"]
+_ModeName = Literal["approximate", "verified"]
 _ChainStop = Literal["", "posterior_variance", "trust_region"]
 # "cpu", "cuda" or "cuda:<index>"
 _DeviceName = str
@@ -278,6 +279,8 @@ class Options:
     max_posterior_variance: float
     trust_region: float
     max_lengthscale_change: float
+    mode: _ModeName
+    tolerance: float
     device: _DeviceName
     threads: int  # 0: every core; never changes results, not stored in checkpoints
     history_precision: _PrecisionName
@@ -302,6 +305,8 @@ class Options:
         max_posterior_variance: float = ...,  # inf
         trust_region: float = ...,  # inf
         max_lengthscale_change: float = ...,  # inf
+        mode: _ModeName = "approximate",
+        tolerance: float = 0.0,
         device: _DeviceName = "cpu",
         threads: int = 0,
         history_precision: _PrecisionName = "fp32",
@@ -310,6 +315,8 @@ class Options:
     def reference(parallelism: int = 5) -> Options: ...
     @staticmethod
     def adaptive(parallelism: int = 4) -> Options: ...
+    @staticmethod
+    def verified(parallelism: int = 8, tolerance: float = 0.0) -> Options: ...
     def __eq__(self, other: object) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
@@ -344,6 +351,10 @@ class IterationInfo:
     def gradient_noise(self) -> float: ...
     @property
     def chain_stop(self) -> _ChainStop: ...
+    @property
+    def committed_steps(self) -> int: ...
+    @property
+    def disagreement(self) -> float: ...
 
 @final
 class DeviceArray:
@@ -380,6 +391,10 @@ class _StateRound(TypedDict):
     gradient_noise: float  # the last measured rho; nan before the first measurement
     rounds_since_measured: int
     last_step_norm: float  # ||x_t - x_{t-1}||; nan where not measured (CUDA)
+    # The verified mode's window: steps the next round redoes, from this history slot
+    # (optional when read: absent, the window starts afresh).
+    window_carried: int
+    window_first_slot: int
 
 class _StateArrays(TypedDict):
     format: int  # 1
@@ -441,6 +456,8 @@ class OptEx:
         max_posterior_variance: float = ...,
         trust_region: float = ...,
         max_lengthscale_change: float = ...,
+        mode: _ModeName = ...,
+        tolerance: float = ...,
         device: _DeviceName = ...,
         threads: int = ...,
         history_precision: _PrecisionName = ...,

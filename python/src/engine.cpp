@@ -45,6 +45,8 @@ struct Info {
   std::vector<double> prediction_error;
   double gradient_noise;
   std::string chain_stop;
+  int committed_steps;
+  double disagreement;
 
   explicit Info(const IterationInfo& i)
       : iteration(i.iteration),
@@ -60,7 +62,9 @@ struct Info {
         posterior_variance(i.posterior_variance),
         prediction_error(i.prediction_error),
         gradient_noise(i.gradient_noise),
-        chain_stop(i.chain_stop) {}
+        chain_stop(i.chain_stop),
+        committed_steps(i.committed_steps),
+        disagreement(i.disagreement) {}
 };
 
 // The Python object's C++ side. The engine is never replaced for the object's
@@ -415,15 +419,23 @@ void register_info(py::module_& m) {
   cls.def_readonly("chain_stop", &Info::chain_stop,
                    "Why the proxy chain ended before its planned length: '' (it did not), "
                    "'posterior_variance' or 'trust_region'.");
+  cls.def_readonly("committed_steps", &Info::committed_steps,
+                   "Verified mode: the base optimizer's steps this round committed, 1 to N; 1 "
+                   "in the approximate mode.");
+  cls.def_readonly("disagreement", &Info::disagreement,
+                   "Verified mode: the largest ||guess - replayed|| / ||replayed|| among the "
+                   "guesses this round accepted (0 at tolerance 0); nan in the approximate mode.");
   cls.def("__repr__", [](const Info& i) {
     return py::str(
                "IterationInfo(iteration={!r}, evaluations={!r}, loss={!r}, best_loss={!r}, "
                "grad_norm={!r}, cosine={!r}, lengthscale={!r}, committed_point={!r}, "
                "dropped={!r}, point_evaluations={!r}, posterior_variance={!r}, "
-               "prediction_error={!r}, gradient_noise={!r}, chain_stop={!r})")
+               "prediction_error={!r}, gradient_noise={!r}, chain_stop={!r}, "
+               "committed_steps={!r}, disagreement={!r})")
         .format(i.iteration, i.evaluations, i.loss, i.best_loss, i.grad_norm, i.cosine,
                 i.lengthscale, i.committed_point, i.dropped, i.point_evaluations,
-                i.posterior_variance, i.prediction_error, i.gradient_noise, i.chain_stop);
+                i.posterior_variance, i.prediction_error, i.gradient_noise, i.chain_stop,
+                i.committed_steps, i.disagreement);
   });
 }
 

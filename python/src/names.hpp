@@ -72,6 +72,13 @@ struct EnumNames<ContinueFrom> {
   }};
 };
 template <>
+struct EnumNames<Mode> {
+  static constexpr std::array<std::pair<Mode, std::string_view>, 2> values{{
+      {Mode::approximate, "approximate"},
+      {Mode::verified, "verified"},
+  }};
+};
+template <>
 struct EnumNames<Precision> {
   static constexpr std::array<std::pair<Precision, std::string_view>, 3> values{{
       {Precision::fp32, "fp32"},

@@ -121,7 +121,7 @@ struct Field {
   const char* doc;
 };
 
-const std::array<Field, 21> kFields{{
+const std::array<Field, 23> kFields{{
     {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
      [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
      "N: points evaluated per iteration, one per worker, in [1, 65536]."},
@@ -207,6 +207,15 @@ const std::array<Field, 21> kFields{{
      },
      "The factor by which a lengthscale selection may change the lengthscale at most, up or "
      "down (>= 1; inf: off)."},
+    {"mode", "str", [](const Options& o) -> py::object { return py::str(name_of(o.mode)); },
+     [](Options& o, py::handle v) { o.mode = to_enum<Mode>(v, "mode"); },
+     "'approximate' (OptEx: the commit uses predicted gradients) or 'verified' (the base "
+     "optimizer's own trajectory: the commit replays it through the round's guesses with their "
+     "true gradients and keeps the steps whose guess agreed within tolerance)."},
+    {"tolerance", "float", [](const Options& o) -> py::object { return py::float_(o.tolerance); },
+     [](Options& o, py::handle v) { o.tolerance = to_double(v, "tolerance"); },
+     "Verified mode: a guess is accepted where ||guess - replayed|| <= tolerance * ||replayed|| "
+     "(finite, >= 0; 0: bit for bit the sequential run)."},
     {"device", "str", [](const Options& o) -> py::object { return py::str(o.device.name()); },
      [](Options& o, py::handle v) { o.device = parse_device("device", to_string(v, "device")); },
      "Where the iterate, optimizer state, history and batch rows live: 'cpu', 'cuda' or "
@@ -393,6 +402,24 @@ The robust configuration: Options() with strategy 'adaptive' (each round
 splits its N evaluations into points from the gradient noise it measured),
 continue_from 'best_loss' and max_lengthscale_change 10. A parallelism < 1
 raises ValueError, a non-int TypeError, both naming parallelism.
+)doc");
+    cls.def_static(
+        "verified",
+        [](const py::object& parallelism, const py::object& tolerance) {
+          return Options::verified(to_int(parallelism, "parallelism"),
+                                   to_double(tolerance, "tolerance"));
+        },
+        // The C++ default arguments of Options::verified.
+        py::arg("parallelism") = 8, py::arg("tolerance") = 0.0,
+        R"doc(verified(parallelism: int = 8, tolerance: float = 0.0) -> Options
+
+The verified mode: the base optimizer's own trajectory in fewer rounds. Each
+round's points are guesses of the next iterates; the commit replays the base
+optimizer through them with their true gradients and keeps the steps whose
+guess agreed within tolerance (relative), at least one. At tolerance 0 every
+committed iterate and state is the sequential run's bit for bit. The history
+holds at least parallelism pairs. A bad parallelism or tolerance raises
+ValueError naming it.
 )doc");
   }
   cls.def("__repr__", [](const Options& o) {

@@ -220,13 +220,22 @@ void read_history(py::handle obj, std::size_t d, EngineSnapshot& s) {
 void read_round(py::handle obj, EngineSnapshot& s) {
   const py::dict r = checked_mapping(
       obj, "round",
-      {"evaluations_per_point", "gradient_noise", "rounds_since_measured", "last_step_norm"});
+      {"evaluations_per_point", "gradient_noise", "rounds_since_measured", "last_step_norm"},
+      {"window_carried", "window_first_slot"});
   s.split_evaluations =
       integer_value<std::int32_t>(r["evaluations_per_point"], "round['evaluations_per_point']");
   s.split_noise = float_value(r["gradient_noise"], "round['gradient_noise']");
   s.split_rounds_since_measured =
       integer_value<std::int64_t>(r["rounds_since_measured"], "round['rounds_since_measured']");
   s.last_step_norm = float_value(r["last_step_norm"], "round['last_step_norm']");
+  // The verified mode's window (absent before it existed: a fresh window).
+  if (r.contains("window_carried")) {
+    s.window_carried = integer_value<std::int32_t>(r["window_carried"], "round['window_carried']");
+  }
+  if (r.contains("window_first_slot")) {
+    s.window_first_slot =
+        integer_value<std::uint64_t>(r["window_first_slot"], "round['window_first_slot']");
+  }
 }
 
 // ---- writing -------------------------------------------------------------------------
@@ -294,6 +303,8 @@ py::dict state_arrays(EngineSnapshot s, bool with_history) {
   round["gradient_noise"] = s.split_noise;
   round["rounds_since_measured"] = s.split_rounds_since_measured;
   round["last_step_norm"] = s.last_step_norm;
+  round["window_carried"] = s.window_carried;
+  round["window_first_slot"] = s.window_first_slot;
   out["round"] = round;
   return out;
 }
@@ -367,6 +378,8 @@ std::string state_key(const InvalidSnapshot& refusal, const Optimizer& kind) {
       return "round";
     case SnapshotField::last_step_norm:
       return "round['last_step_norm']";
+    case SnapshotField::window:
+      return "round['window_carried']";
   }
   return "state";
 }

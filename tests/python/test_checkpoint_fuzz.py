@@ -96,9 +96,9 @@ def test_mutated_checkpoints_are_refused_and_leave_an_engine_alone(
         pass  # the fit may refuse statistics that no longer match the points
 
 
-# engine()'s file: Options with an empty lengthscale grid (85 bytes), the range count
+# engine()'s file: Options with an empty lengthscale grid (94 bytes), the range count
 # (u32) and the range's size (u64), then its step offset (i64, format 5).
-STEP_OFFSET = HEADER + 85 + 4 + 8
+STEP_OFFSET = HEADER + 94 + 4 + 8
 
 
 def test_a_step_offset_beyond_the_state_step_is_refused_naming_it(tmp_path: pathlib.Path, saved: bytes) -> None:

@@ -72,6 +72,8 @@ FIELDS: dict[str, st.SearchStrategy] = {
     "max_posterior_variance": FLOATS,
     "trust_region": FLOATS,
     "max_lengthscale_change": st.one_of(FLOATS, st.sampled_from([1.0, 1.0 - 1e-16, 0.999, 1.5])),
+    "mode": names("approximate", "verified"),
+    "tolerance": st.one_of(FLOATS, st.sampled_from([0.0, 1e-6, 1e-2])),
     "device": names("cpu", "cuda", "cuda:0", "cuda:1", "cuda:-1", "gpu"),
     "threads": small_ints(0, 1024),
     "history_precision": names("fp32", "bf16", "bf16_gradients", "fp16"),
@@ -81,7 +83,12 @@ assert set(FIELDS) == set(optex.Options().__getstate__()), "a new Options field 
 
 # Fields validated together: an assignment to one may be refused naming the other
 # (parallelism=3 where evaluations_per_point is 2).
-DEPENDENT = {"parallelism": ("evaluations_per_point",), "evaluations_per_point": ("parallelism",)}
+# A refused assignment names the field assigned or one it depends on: the verified
+# mode refuses the fields it cannot run with, by their names.
+VERIFIED_REFUSES = ("evaluations_per_point", "strategy", "proxy", "max_posterior_variance",
+                    "trust_region", "history")
+DEPENDENT = {"parallelism": ("evaluations_per_point", "history"),
+             "evaluations_per_point": ("parallelism",), "mode": VERIFIED_REFUSES}
 
 
 def names_a_field(error: Exception, fields) -> bool:

@@ -33,6 +33,8 @@ OPTION_FIELDS = {
     "max_posterior_variance": math.inf,
     "trust_region": math.inf,
     "max_lengthscale_change": math.inf,
+    "mode": "approximate",
+    "tolerance": 0.0,
     "device": "cpu",
     "threads": 0,
     "history_precision": "fp32",

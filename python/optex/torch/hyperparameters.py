@@ -57,6 +57,8 @@ OPTION_FIELDS = (
     "max_posterior_variance",
     "trust_region",
     "max_lengthscale_change",
+    "mode",
+    "tolerance",
     "device",
     "threads",
     "history_precision",

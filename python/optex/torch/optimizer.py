@@ -114,7 +114,9 @@ class OptEx(torch.optim.Optimizer):
     ``lengthscale_selection``, ``selection_interval``, ``lengthscale_grid``,
     ``proxy``, ``seed``, ``evaluations_per_point``, ``strategy``,
     ``continue_from``, ``max_posterior_variance``, ``trust_region``,
-    ``max_lengthscale_change``, ``device``, ``threads`` (the CPU's passes over
+    ``max_lengthscale_change``, ``mode`` and ``tolerance`` (``mode="verified"``:
+    the base optimizer's own trajectory, several of its steps a round; see
+    ``optex.Options.verified``), ``device``, ``threads`` (the CPU's passes over
     the parameters; 0: every core, the same results on any count) and
     ``history_precision`` set the fields of ``optex.Options`` (defaults: the
     C++ ones); ``options`` passes a
@@ -336,6 +338,8 @@ class OptEx(torch.optim.Optimizer):
         max_posterior_variance: float | None = None,
         trust_region: float | None = None,
         max_lengthscale_change: float | None = None,
+        mode: str | None = None,
+        tolerance: float | None = None,
         device: str | torch.device | None = None,
         threads: int | None = None,
         history_precision: str | None = None,
@@ -375,6 +379,8 @@ class OptEx(torch.optim.Optimizer):
             "max_posterior_variance": max_posterior_variance,
             "trust_region": trust_region,
             "max_lengthscale_change": max_lengthscale_change,
+            "mode": mode,
+            "tolerance": tolerance,
             "threads": threads,
             "history_precision": history_precision,
         })
