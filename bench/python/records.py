@@ -91,6 +91,19 @@ def quartiles(values: Iterable[float]) -> dict[str, float | None]:
     }
 
 
+
+def iqr_verdict(own: dict[str, float | None], other: dict[str, float | None]) -> str:
+    """"win", "loss" or "no clear difference" between two ``quartiles`` of a cost (lower is
+    better; None: not reached, +inf): clear only when the IQRs do not overlap."""
+    a, b = ([math.inf if q[k] is None else q[k] for k in ("q1", "median", "q3")] for q in (own, other))
+    if a[1] == b[1] == math.inf:
+        return "no clear difference"
+    if a[2] < b[0]:
+        return "win"
+    if b[2] < a[0]:
+        return "loss"
+    return "no clear difference"
+
 def median(values: Iterable[float]) -> float:
     """The median (+inf allowed; NaN when empty)."""
     ordered = sorted(values)

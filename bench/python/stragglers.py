@@ -203,15 +203,8 @@ def _interval(entry: dict[str, Any]) -> tuple[float, float, float]:
 
 
 def verdict(own: dict[str, Any], other: dict[str, Any]) -> str:
-    """"win", "loss" or "no clear difference": clear only when the IQRs do not overlap."""
-    a, b = _interval(own), _interval(other)
-    if a[1] == b[1] == math.inf:
-        return "no clear difference"
-    if a[2] < b[0]:
-        return "win"
-    if b[2] < a[0]:
-        return "loss"
-    return "no clear difference"
+    """"win", "loss" or "no clear difference" in virtual seconds to target."""
+    return records.iqr_verdict(own["virtual_seconds_to_target"], other["virtual_seconds_to_target"])
 
 
 def comparisons(summary: Sequence[dict[str, Any]], k: int) -> list[dict[str, Any]]:
