@@ -20,6 +20,7 @@ from conftest import REPO_ROOT
 
 QUICKSTART = "## Python quickstart"
 CLUSTER = "## On a cluster"
+VERIFIED = "## The verified mode: the exact trajectory in fewer rounds"
 PYTORCH = "## PyTorch"
 TORCH_EXAMPLE = REPO_ROOT / "examples" / "torch_digits.py"
 
@@ -121,3 +122,11 @@ def test_the_torch_example_reaches_its_quick_target(monkeypatch, capsys) -> None
         rows[name] = (int(per_round), int(batch))
     assert rows == {"OptEx N=4, Adam": (4, 32), "OptEx N=4, batched": (4, 32), "Adam": (1, 32),
                     "Adam, 4x batch": (1, 128)}
+
+
+def test_the_verified_mode_block_runs(capsys) -> None:
+    blocks = python_blocks(REPO_ROOT / "README.md", VERIFIED)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "README verified mode", "exec"), {"__name__": "__main__"})
+    steps = int(capsys.readouterr().out.split()[0])
+    assert steps > 50  # more than one step a round
