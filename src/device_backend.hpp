@@ -96,7 +96,7 @@ class DeviceBackend final : public EngineBackend {
   CommitStats commit(Batch& batch, int c, std::span<const char> keep,
                      std::span<const char> predicted) override;
   void observe(std::span<const float> points, std::span<const float> gradients) override;
-  void redo_step(Batch& batch, int i, std::size_t slot) override;
+  void redo_step(Batch& batch, int i, std::size_t slot, bool gp_correction) override;
   std::vector<double> window_disagreements(Batch& batch, int count) override;
   bool stage_steps(Batch& batch, int count) override;
 
@@ -201,6 +201,9 @@ class DeviceBackend final : public EngineBackend {
   std::vector<double> weights_host_, variances_host_, query_host_;
   std::vector<int> gp_infos_host_;
   std::vector<float> oracle_x_, oracle_g_;
+  // The verified mode's redone steps: the GP weights at the old guess, and the
+  // corrected weights put to the device (read when the queue runs: kept here).
+  std::vector<double> redo_old_host_, redo_weights_host_;
 
   // Flags and sums the host reads.
   int* flags_ = nullptr;  // N rows, then the state's slots

@@ -193,7 +193,10 @@ class EngineBackend {
   // In ask(), after begin_batch(): predicted row i-1 := the history gradient in
   // `slot`, then point i := step(point i-1, work state, it): the last round's
   // unverified step redone with the true gradient it measured (a Picard sweep).
-  virtual void redo_step(Batch& batch, int i, std::size_t slot) = 0;
+  // With `gp_correction` and a current fit, the gradient is moved to point i-1
+  // by the GP: g_s + mu(point i-1) - mu(x_s), which is g_s's bits where the two
+  // points are equal.
+  virtual void redo_step(Batch& batch, int i, std::size_t slot, bool gp_correction) = 0;
   // In tell(), into scratch only: y_0 := iterate, y_{j+1} := step(y_j, state
   // stepped j times, gradient row j) for j < count - 1; returns, per j,
   // ||y_{j+1} - point j+1||^2 and ||y_{j+1}||^2 (2 (count - 1) values, completed
