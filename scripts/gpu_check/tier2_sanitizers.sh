@@ -5,11 +5,12 @@
 # its own time box, so that a slow one still leaves the others their turn. Sourced by
 # run.sh after tier 1.
 
-# tool;executable;gtest filter;cap (s): fast suites, chosen so that all five fit.
+# tool;executable;gtest filter;cap (s): fast suites, chosen so that all six fit.
 SANITIZER_RUNS=(
   "memcheck;test_cuda_kernels;*;60"
   "memcheck;test_cuda_primitives;*;60"
   "memcheck;test_engine_invariants;*/cuda*;80"
+  "memcheck;test_verified_mode;*/cuda*;60"
   "memcheck;test_cuda;Cuda.EstimatorMatchesTheCpuOnTheSameHistory:Cuda.NonFiniteCommitMatchesTheCpu:Cuda.ProxyModesMatchTheCpu;90"
   "racecheck;test_cuda_kernels;*;60"
 )
