@@ -16,6 +16,7 @@
 #include "device_backend.hpp"
 
 #include "optex/detail/allocation.hpp"
+#include "optex/detail/bf16.hpp"
 #include "optex/gp_estimator.hpp"
 #include "optex/magnitude_bound.hpp"
 
@@ -225,13 +226,27 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
   gram_ = static_cast<const HistoryGram&>(history);
   stale_.clear();
   backed_up_ = false;
-  // Rounded rows have other distances and inner products than the fp32 ones.
-  if (history_x_.storage != Storage::fp32 || history_g_.storage != Storage::fp32) recompute_gram();
+  // Rows that the storage rounds have other distances and inner products than the
+  // given ones. Rows it holds exactly (a checkpoint of this storage) keep the given
+  // statistics: recomputed, they could differ in the last bits where the device's
+  // reductions depend on how many rows they are given (cuBLAS picks its kernel by shape).
+  const std::size_t values = history.size() * d_;
+  if (!stored_exactly(std::span(history.points_data(), values), history_x_.storage) ||
+      !stored_exactly(std::span(history.gradients_data(), values), history_g_.storage)) {
+    recompute_gram();
+  }
   step_ = state.step;
   work_step_ = state.step;
   work_state_is_last_ = false;
   fitted_size_ = 0;
   history_host_current_ = false;
+}
+
+bool DeviceBackend::stored_exactly(std::span<const float> values, Storage storage) {
+  if (storage == Storage::fp32) return true;
+  return std::all_of(values.begin(), values.end(), [](float v) {
+    return detail::from_bf16(detail::to_bf16(v)) == v;
+  });
 }
 
 void DeviceBackend::put_row(const float* host, StoredRows to) {

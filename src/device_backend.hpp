@@ -140,6 +140,9 @@ class DeviceBackend final : public EngineBackend {
   // host (d fp32 values) into one stored row, through next_x_ where the
   // storage converts (free outside a round's commit); enqueued.
   void put_row(const float* host, StoredRows to);
+  // Whether `storage` holds every value as it is (fp32 always; bf16 where a value
+  // survives the rounding).
+  static bool stored_exactly(std::span<const float> values, Storage storage);
   CommitStats statistics(std::span<const int> compared) const;
   // On a slice: throws std::runtime_error where the commit's completed sums
   // (statistics, ||g_c||^2, the step, the new Gram rows of `size` slots) are
