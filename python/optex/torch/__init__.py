@@ -22,12 +22,17 @@ commits the new iterate, which ``step`` writes into the parameters.
 This package needs PyTorch; ``import optex`` does not import it (``optex.torch``
 imports it when first accessed). Everything here is pure Python on top of the
 compiled engine ``optex.OptEx``, one concern per module: optimizer.py (the
-``OptEx`` facade), point_batches.py (``PointBatches``: a minibatch for every
-evaluation), batched.py (``BatchedClosure``: the N evaluations of a round in one
-vectorized call), hyperparameters.py, layout.py (the flat parameter vector),
-trainable.py (which parameters the engine optimizes), committed_buffers.py,
-checkpoint.py (``state_dict``), closure.py and exchange.py (torch.distributed),
-sharded.py (``shard_state=True``: each rank keeps a slice of the state).
+``OptEx`` facade), argument_checks.py (its constructor's and add_param_group's
+arguments), engine_lifecycle.py (the engine created, rebuilt, kept on
+schedule), step.py (one round), point_batches.py (``PointBatches``: a minibatch
+for every evaluation), batched.py (``BatchedClosure``: the N evaluations of a
+round in one vectorized call), hyperparameters.py, layout.py (the flat parameter
+vector), trainable.py (which parameters the engine optimizes),
+committed_buffers.py, state_dict.py (``state_dict`` and ``load_state_dict``),
+checkpoint.py (the ``state_dict`` format), state_dict_checks.py (what loads),
+pickling.py (pickle, deepcopy, torch.save), closure.py and exchange.py
+(torch.distributed), sharded.py (``shard_state=True``: each rank keeps a slice
+of the state).
 """
 
 try:

@@ -1,79 +1,38 @@
 """``optex.torch.OptEx``: the ``torch.optim.Optimizer`` facade over the engine ``optex.OptEx``.
 
 The facade owns the torch.optim side (param groups, ``step(closure)``,
-``state_dict``) and the engine's lifetime; the other modules of optex.torch
-do the parts: hyperparameters.py (torch.optim's names -> the engine's values),
-layout.py (parameters <-> the flat vector), closure.py (calling the closure at
-a point), exchange.py (torch.distributed).
+``state_dict``), the optimizer's fields and the engine's lifetime; its methods
+hand the work to the other modules of optex.torch: argument_checks.py (the
+constructor's and add_param_group's arguments), hyperparameters.py (torch.optim's
+names -> the engine's values), engine_lifecycle.py (the engine created, rebuilt
+and kept on schedule), step.py (one round), layout.py (parameters <-> the flat
+vector), closure.py (calling the closure at a point), exchange.py
+(torch.distributed), state_dict.py (state_dict and load_state_dict) and
+pickling.py (pickle, deepcopy, torch.save).
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
-import os
-import tempfile
 from collections.abc import Iterable
 from typing import Any, Union
 
-import numpy as np
 import torch
 
 from .._optex import IterationInfo, Options, built_with_cuda
 from .._optex import OptEx as _Engine
-from . import checkpoint as _checkpoint
+from . import argument_checks as _args
 from . import hyperparameters as _hyper
-from . import state_dict_checks as _checks
-from .batched import BatchedClosure
-from .closure import Closure, check_closure, committed_rows, evaluate, loss_at
-from .committed_buffers import CommittedBuffers, buffers_of
-from .exchange import Ranks, distributed_available, distributed_enabled
+from . import pickling as _pickling
+from . import state_dict as _state_dict
+from . import step as _step
+from .closure import Closure
+from .committed_buffers import buffers_of
+from .exchange import Ranks, distributed_enabled
 from .layout import FlatLayout
-from .sharded import OPTION as _SHARD_STATE
-from .sharded import Shards, check_options, slices
-from .trainable import (Shelf, StepOffsets, engine_optimizer, engine_ranges, merged_segments,
-                        range_entries, rebuild_state, same_parameters, trainable_groups)
+from .sharded import Shards
+from .trainable import Shelf, StepOffsets
 
 ParamsT = Union[Iterable[torch.Tensor], Iterable[dict[str, Any]]]
-# The key of the engine checkpoint in state_dict()["state"][0].
-_CHECKPOINT_KEY = "optex_checkpoint"
-
-
-def _check_parameter(p: Any, where: str) -> None:
-    """ValueError unless ``p`` is a dense floating-point tensor the engine can hold:
-    float32, or float16/bfloat16 (which hold the engine's float32 values rounded).
-    float64 is refused rather than silently computed in float32."""
-    if not isinstance(p, torch.Tensor):
-        raise ValueError(f"{where}: must be a tensor, got {type(p).__name__}")
-    if not p.is_floating_point():
-        raise ValueError(f"{where}: must be a floating-point tensor, got dtype {p.dtype}")
-    if p.dtype == torch.float64:
-        raise ValueError(
-            f"{where}: float64 parameters are not supported: the OptEx engine computes in "
-            "float32 and would round them silently; convert the model with .float() (or "
-            "keep torch.optim for float64 training)"
-        )
-    if p.is_sparse:
-        raise ValueError(f"{where}: sparse tensors are not supported")
-
-
-def _check_shard_state(shard_state: Any, distributed: bool | None, device: Any) -> bool:
-    """``shard_state``, checked: ValueError naming it where it cannot work."""
-    if not isinstance(shard_state, bool):
-        raise ValueError(f"{_SHARD_STATE}: must be a bool, got {shard_state!r}")
-    if not shard_state:
-        return False
-    if distributed is False:
-        raise ValueError(f"{_SHARD_STATE}: True shares the state over the ranks of torch.distributed; "
-                         "it cannot be combined with distributed=False")
-    if not distributed_available():
-        raise ValueError(f"{_SHARD_STATE}: True needs an initialised torch.distributed "
-                         "(torch.distributed.init_process_group): each rank keeps one slice of the "
-                         "state")
-    if device is not None and str(device).split(":")[0] != "cpu":
-        raise ValueError(f"{_SHARD_STATE}: the sharded engine runs on the CPU (sharded state on a GPU "
-                         f"is not available yet); got device={str(device)!r}")
-    return True
 
 
 class OptEx(torch.optim.Optimizer):
@@ -384,23 +343,12 @@ class OptEx(torch.optim.Optimizer):
             "threads": threads,
             "history_precision": history_precision,
         })
-        if device is not None and not isinstance(device, (str, torch.device)):
-            raise ValueError(f"device: must be a str, a torch.device or None, got {device!r}")
-        self._device: str | None = None if device is None else str(device)
-        if not isinstance(drop_nonfinite, bool):
-            raise ValueError(f"drop_nonfinite: must be a bool, got {drop_nonfinite!r}")
-        self._drop_nonfinite = drop_nonfinite
+        self._device: str | None = _args.check_device(device)
+        self._drop_nonfinite = _args.check_drop_nonfinite(drop_nonfinite)
         self._buffer_tensors = buffers_of(buffers)
-        if distributed is not None and not isinstance(distributed, bool):
-            raise ValueError(f"distributed: must be a bool or None, got {distributed!r}")
-        if distributed and not distributed_available():
-            raise ValueError(
-                "distributed: True needs an initialised torch.distributed "
-                "(torch.distributed.init_process_group)"
-            )
-        self._distributed_flag = distributed
+        self._distributed_flag = _args.check_distributed(distributed)
         self._group = process_group
-        self._shard_state = _check_shard_state(shard_state, distributed, device)
+        self._shard_state = _args.check_shard_state(shard_state, distributed, device)
 
         self._engine: _Engine | None = None
         self._shards: Shards | None = None  # shard_state: this rank's slice and the exchanges
@@ -420,20 +368,7 @@ class OptEx(torch.optim.Optimizer):
 
         super().__init__(params, defaults)
         self._constructed = True
-        if not self._params():
-            raise ValueError("params: the param groups contain no parameters")
-        if sum(p.numel() for p in self._params()) == 0:
-            raise ValueError("params: the parameters have no elements")
-        # Validates the options, the hyperparameters and the device now, with a
-        # one-dimensional engine; the real one is created at the first step.
-        first = _hyper.make_optimizer(self._kind, self.param_groups[0], where="")
-        on_device = _hyper.options_on(self._options, self._engine_device())
-        _Engine(np.zeros(1, np.float32), first, on_device)
-        if self._shard_state:
-            check_options(first, on_device)
-            trainable = sum(p.numel() for params in trainable_groups(self.param_groups) for p in params)
-            if trainable:  # checked again at the first step, when the set is final
-                slices(trainable, Ranks(self._group, self._param_device()).world)
+        _args.check_construction(self)
         if seed is None and options is None:
             # Last, so that a refused construction leaves torch's generator alone.
             self._options.seed = int(torch.empty((), dtype=torch.int64).random_().item())
@@ -522,26 +457,8 @@ class OptEx(torch.optim.Optimizer):
         if isinstance(param_group, dict) and "params" not in param_group:
             raise ValueError(f"param_groups[{g}]: has no 'params'")
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        params = group["params"]
         try:
-            if not params:
-                raise ValueError(f"param_groups[{g}]['params']: has no parameters (an empty group "
-                                 "would optimize nothing)")
-            if len(params) != len({id(p) for p in params}):
-                raise ValueError(f"param_groups[{g}]: contains the same parameter twice")
-            for j, p in enumerate(params):
-                _check_parameter(p, f"param_groups[{g}]['params'][{j}]")
-            others = [p for group in self.param_groups[:-1] for p in group["params"]]
-            first = others[0] if others else (params[0] if params else None)
-            for j, p in enumerate(params):
-                if first is not None and p.device != first.device:
-                    raise ValueError(
-                        f"param_groups[{g}]['params'][{j}]: on {p.device}, but the first "
-                        f"parameter is on {first.device}; all parameters of an "
-                        "optex.torch.OptEx must be on one device"
-                    )
-            _hyper.make_optimizer(self._kind, group, where=f"param_groups[{g}]: ")
+            _args.check_added_group(self._kind, self.param_groups, g)
         except ValueError:
             self.param_groups.pop()
             raise
@@ -564,16 +481,6 @@ class OptEx(torch.optim.Optimizer):
             return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}"
         return "cpu"
 
-    def _scratch_tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-                        device: torch.device) -> torch.Tensor:
-        """A cached scratch tensor (pinned host memory when the parameters are on a GPU)."""
-        buf = self._scratch.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != device:
-            pin = device.type == "cpu" and self._param_device().type == "cuda"
-            buf = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-            self._scratch[name] = buf
-        return buf
-
     # ------------------------------------------------------------------ the engine
 
     def _ranks(self) -> Ranks | None:
@@ -581,140 +488,6 @@ class OptEx(torch.optim.Optimizer):
         if not distributed_enabled(self._distributed_flag):
             return None
         return Ranks(self._group, self._param_device())
-
-    def _agree(self, ranks: Ranks, ranges: list[tuple[int, Any, int]],
-               options: Options, dim: int) -> None:
-        ranks.agree(f"{ranges!r}|{_hyper.options_key(options)}|{dim}|{_SHARD_STATE}={self._shard_state}")
-
-    def _trainable_layout(self, groups: list[list[torch.Tensor]]) -> FlatLayout:
-        if not any(p.numel() for params in groups for p in params):
-            raise ValueError(
-                "step: no parameter requires grad (every parameter of every param group has "
-                "requires_grad=False or no elements); there is nothing to optimize"
-            )
-        return FlatLayout(groups)
-
-    def _create_engine(self, groups: list[list[torch.Tensor]], optimizers: list[Any]) -> None:
-        """The engine over the trainable parameters, from their values now (rank 0's
-        when distributed)."""
-        layout = self._trainable_layout(groups)
-        options = _hyper.options_on(self._options, self._engine_device())
-        ranges = engine_ranges(layout, optimizers, self._offsets)
-        x0 = layout.flatten()
-        ranks = self._ranks()
-        if ranks is not None:
-            if self._seed_drawn:
-                # Each rank drew its own seed; the run takes rank 0's, as it takes its start.
-                seed = torch.tensor([options.seed], dtype=torch.int64)
-                options.seed = int(ranks.broadcast_start(seed)[0])
-            self._agree(ranks, ranges, options, layout.dim)
-            x0 = ranks.broadcast_start(x0)
-            layout.write(x0)
-        if self._shard_state:
-            assert ranks is not None  # shard_state needs torch.distributed (checked at construction)
-            self._shards = Shards(ranks, layout.dim)
-            self._engine = self._shards.engine(x0, ranges, options)
-        else:
-            self._engine = _Engine(x0.cpu().numpy(), engine_optimizer(ranges), options)
-        self._options.seed = options.seed
-        self._layout, self._ranges, self._iterate = layout, ranges, x0
-
-    def _rebuild_engine(self, groups: list[list[torch.Tensor]], optimizers: list[Any]) -> None:
-        """The set of trainable parameters changed (add_param_group, requires_grad):
-        a new engine over the new set (trainable.rebuild_state)."""
-        assert self._engine is not None and self._layout is not None
-        new = self._trainable_layout(groups)
-        ranks = self._ranks()
-        if ranks is not None:  # the parameters that join take rank 0's values
-            new.write(ranks.broadcast_start(new.flatten()))
-        state = rebuild_state(self._engine.state_arrays(history=False), self._layout, new,
-                              self._offsets, self._shelf)
-        ranges = engine_ranges(new, optimizers, self._offsets)
-        if ranks is not None:
-            self._agree(ranks, ranges, self._engine.options, new.dim)
-        state["optimizer"] = range_entries(ranges)
-        self._engine = _Engine.from_state_arrays(state, device=self._engine_device())
-        self._layout, self._ranges = new, ranges
-        self._iterate = torch.from_numpy(state["x"]).to(new.device)
-
-    def _follow_schedule(self, ranges: list[tuple[int, Any, int]]) -> None:
-        """The groups' hyperparameters (an LR scheduler) or the step offsets changed
-        since the last step: the engine takes them and keeps its state."""
-        assert self._engine is not None and self._layout is not None
-        ranks = self._ranks()
-        if ranks is not None:
-            self._agree(ranks, ranges, self._engine.options, self._layout.dim)
-        # The engine's own ranges: this rank's slice of them under shard_state.
-        shards = self._shards
-        mine = ranges if shards is None else shards.cut(ranges)
-        before = self._ranges if shards is None else shards.cut(self._ranges)
-        engine, refused = self._engine, None
-        try:
-            if [r[0] for r in mine] != [r[0] for r in before]:
-                # Ranges split or merged (a parameter's step offset moved away from its
-                # neighbours'): set_optimizer keeps the ranges' sizes, so the engine is
-                # rebuilt from its whole state, history included, with the new ranges.
-                state = engine.state_arrays()
-                state["optimizer"] = range_entries(mine)
-                engine = (_Engine.from_state_arrays(state, device=self._engine_device())
-                          if shards is None else shards.engine_from_state(state))
-            else:
-                engine.set_optimizer(engine_optimizer(mine))
-        except ValueError as error:
-            refused = error
-        # Under shard_state each rank checked only its slice (and some ranks may have
-        # rebuilt while others did not): the ranks agree on the outcome, and where one
-        # refused, every rank keeps the values it had.
-        if shards is not None and shards.ranks.any_rank([refused is not None])[0] and refused is None:
-            if engine is self._engine:
-                engine.set_optimizer(engine_optimizer(before))
-            refused = ValueError("another rank's slice of the parameters refused them")
-        if refused is not None:
-            raise ValueError(
-                f"step: the hyperparameters changed to {ranges!r}, which the running engine "
-                f"({self._engine.optimizer!r}) cannot take: {refused}"
-            ) from None
-        self._engine = engine
-        self._ranges = ranges
-
-    def _prepare_engine(self) -> None:
-        """Before a round: the engine exists, optimizes the trainable parameters, and
-        has the groups' current hyperparameters."""
-        optimizers = _hyper.group_optimizers(self._kind, self.param_groups)
-        groups = trainable_groups(self.param_groups)
-        if self._engine is None:
-            self._create_engine(groups, optimizers)
-            return
-        assert self._layout is not None and self._iterate is not None
-        # A parameter leaving the engine (frozen now) may have been changed meanwhile.
-        trainable = {id(p) for params in groups for p in params}
-        self._layout.check_holds(self._iterate, skip=lambda p: id(p) not in trainable)
-        if not same_parameters(self._layout, groups):
-            if self._shards is not None:
-                raise ValueError(
-                    f"step: the set of trainable parameters changed since the first step "
-                    f"(add_param_group, requires_grad), which {_SHARD_STATE}=True does not support "
-                    "yet: its ranks' slices of the state would have to move; keep the set fixed, "
-                    "or construct a new optimizer"
-                )
-            self._rebuild_engine(groups, optimizers)
-        assert self._layout is not None
-        ranges = engine_ranges(self._layout, optimizers, self._offsets)
-        if ranges != self._ranges:
-            self._follow_schedule(ranges)
-
-    def _oracle(self, closure: Closure, seed: int, row: int, x: np.ndarray) -> tuple[float, np.ndarray]:
-        """The true gradient for proxy='target', called by the engine inside ask()
-        (`seed`: the run's seed; `row`: the first batch row of the point `x`)."""
-        assert self._layout is not None
-        point = torch.from_numpy(x).to(self._layout.device)
-        grad = torch.empty_like(point)
-        self._current_point, self._current_seed, self._current_oracle_row = None, seed, row
-        try:
-            _, loss, _ = evaluate(closure, self._layout, point, grad)
-        finally:
-            self._current_point = self._current_seed = self._current_oracle_row = None
-        return loss, grad.cpu().numpy()
 
     # ------------------------------------------------------------------ step
 
@@ -739,147 +512,7 @@ class OptEx(torch.optim.Optimizer):
         parameters (and the ``buffers=``) are restored and the round stays
         pending: the next ``step`` evaluates the same points.
         """
-        check_closure(closure)
-        if isinstance(closure, BatchedClosure):
-            closure._bind_to(self)  # its sequential form evaluates this optimizer's current_point
-        self._prepare_engine()
-        engine, layout = self._engine, self._layout
-        assert engine is not None and layout is not None and self._iterate is not None
-        n, d = engine.parallelism, layout.dim
-        dev = layout.device
-        shards = self._shards
-
-        # The engine's own point and gradient rows, wrapped without a copy
-        # (DLPack): on a CUDA engine they stay in GPU memory. Under shard_state
-        # they are this rank's (N, size) slices.
-        target = engine.options.proxy == "target"
-        if target:
-            run_seed = int(engine.options.seed)
-            # The engine asks for the points in order, once each per round.
-            oracle_rows = itertools.count(0, int(engine.options.evaluations_per_point))
-            engine.set_gradient_oracle(lambda x: self._oracle(closure, run_seed, next(oracle_rows), x))
-        try:
-            points = torch.from_dlpack(engine.device_points())
-        finally:
-            if target:
-                engine.set_gradient_oracle(None)
-        rows = torch.from_dlpack(engine.device_grads())
-        seeds = engine.seeds
-
-        # This process's points (`block`, the rows `mine`), and where their gradients
-        # and losses go: alone, straight into the engine's rows; under
-        # torch.distributed, into buffers that the ranks then exchange.
-        ranks = self._ranks()
-        if ranks is None:
-            mine, block, grads_local = range(n), points, rows
-            losses_local = torch.zeros(n, dtype=torch.float64)
-        else:
-            mine, width = ranks.points(n), ranks.width(n)
-            block = points[mine.start:mine.stop] if shards is None else shards.whole_points(points, n)
-            grads_local = self._scratch_tensor("grads_local", (width, d), torch.float32, ranks.device)
-            losses_local = ranks.losses_buffer(width)
-        batched = isinstance(closure, BatchedClosure) and closure.vectorize
-        # Under vmap no evaluation can update a buffer in place (BatchedClosure refuses
-        # such models), so there is nothing to keep.
-        buffers = (CommittedBuffers(self._buffer_tensors)
-                   if self._buffer_tensors is not None and not batched else None)
-        try:
-            results, got_gradient, failure = self._evaluate(
-                closure, batched, block, seeds, mine, grads_local, losses_local, ranks, buffers)
-            if ranks is None:
-                losses = losses_local
-            elif shards is None:
-                losses = ranks.gather(grads_local, losses_local, rows, failure)
-            else:
-                losses = ranks.gather_losses(losses_local, n, failure)
-                shards.send_gradients(grads_local, rows, n)
-            if ranks is not None:
-                got_gradient = ranks.any_rank(got_gradient)
-            if rows.device.type == "cuda":
-                torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
-            # torch.optim skips a parameter without a gradient: the commit leaves its
-            # value and state alone, and the round does not count among its steps.
-            unused = [p for p, got in zip(layout.params, got_gradient) if not got]
-            unchanged = merged_segments(layout, [not got for got in got_gradient])
-            if shards is not None:
-                unchanged = shards.local_ranges(unchanged)
-            steps_before = engine.optimizer_step
-            info = engine.tell_device(losses.numpy(), drop_nonfinite=self._drop_nonfinite,
-                                      unchanged=unchanged)
-        except BaseException:
-            if buffers is not None:
-                buffers.restore_start()
-            raise
-        self._offsets.skip(unused, engine.optimizer_step - steps_before)
-        self._last_info = info
-        self._iteration = int(engine.iteration)
-
-        # A copy: the engine rewrites its iterate in place at the next commit.
-        if shards is None:
-            self._iterate = torch.from_dlpack(engine.device_x()).to(dev, copy=True)
-        else:
-            self._iterate = shards.whole_iterate(torch.from_dlpack(engine.device_x())).to(dev)
-        layout.write(self._iterate)
-        committed = committed_rows(info.committed_point, info.point_evaluations)
-        if buffers is not None:
-            buffers.keep(committed.start, n, ranks)
-        return loss_at(committed, info.loss, results, losses)
-
-    def _evaluate(self, closure: Closure, batched: bool, points: torch.Tensor, seeds: Any,
-                  mine: range, grads_local: torch.Tensor, losses_local: torch.Tensor,
-                  ranks: Ranks | None, buffers: CommittedBuffers | None
-                  ) -> tuple[dict[int, Any], list[bool], BaseException | None]:
-        """Evaluates the closure at this process's points ``mine`` (``points[k]`` is row
-        ``mine[k]``, whole) into ``grads_local``
-        and ``losses_local``; returns (the closure's values by row, per trainable
-        parameter whether any call gave it a gradient, the error a closure raised
-        under torch.distributed, which the gather reports to every rank). The
-        parameters hold the iterate again afterwards."""
-        layout = self._layout
-        assert layout is not None and self._iterate is not None
-        dev, d = layout.device, layout.dim
-        # The closure needs its point, and gives its gradient, on the parameters' device.
-        scratch_point = (self._scratch_tensor("point", (d,), torch.float32, dev)
-                         if points.device != dev else None)
-        scratch_grad = (self._scratch_tensor("grad", (d,), torch.float32, dev)
-                        if grads_local.device != dev else None)
-        results: dict[int, Any] = {}
-        got_gradient = [False] * len(layout.params)
-        try:
-            if batched:
-                # batched.py: all of this process's rows in one vectorized call, not one
-                # by one; every trainable parameter gets a gradient (zeros where unused).
-                try:
-                    results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
-                except Exception as error:
-                    if ranks is None:
-                        raise
-                    ranks.flag_failure(losses_local, mine.start)
-                    return results, got_gradient, error
-                return results, [True] * len(layout.params), None
-            for k, i in enumerate(mine):
-                point = points[k] if scratch_point is None else scratch_point.copy_(points[k])
-                out = grads_local[k] if scratch_grad is None else scratch_grad
-                self._current_point, self._current_seed = i, int(seeds[i])
-                if buffers is not None:
-                    buffers.before_evaluation()
-                try:
-                    results[i], losses_local[k], had = evaluate(closure, layout, point, out)
-                except Exception as error:
-                    if ranks is None:
-                        raise
-                    # The other ranks must learn of it in the gather, not hang in it.
-                    ranks.flag_failure(losses_local, i)
-                    return results, got_gradient, error
-                got_gradient = [a or b for a, b in zip(got_gradient, had)]
-                if buffers is not None:
-                    buffers.after_evaluation(i)
-                if scratch_grad is not None:
-                    grads_local[k].copy_(scratch_grad)
-            return results, got_gradient, None
-        finally:
-            self._current_point = self._current_seed = None
-            layout.write(self._iterate)
+        return _step.run(self, closure)
 
     # ------------------------------------------------------------------ pickle, deepcopy, torch.save
 
@@ -891,27 +524,7 @@ class OptEx(torch.optim.Optimizer):
         TypeError, naming ``state_dict()``, where that cannot hold: a pending round,
         or an optimizer sharing its rounds over torch.distributed (its process
         group does not travel)."""
-        if distributed_enabled(self._distributed_flag) or self._group is not None:
-            raise TypeError(
-                "optex.torch.OptEx: an optimizer that shares its rounds over torch.distributed "
-                "cannot be pickled or deep-copied (its process group does not travel); save "
-                "opt.state_dict() and load it into an optimizer built on the other side"
-            )
-        if self._engine is not None and self._engine.pending:
-            raise TypeError(
-                "optex.torch.OptEx: cannot be pickled or deep-copied while a round is pending "
-                "(the last step failed mid-round); call step(closure) to finish it, or save "
-                "opt.state_dict() afterwards"
-            )
-        settings = {
-            "optimizer": self._kind,
-            "defaults": dict(self.defaults),
-            "options": {name: getattr(self._options, name) for name in _hyper.OPTION_FIELDS},
-            "device": self._device,
-            "drop_nonfinite": self._drop_nonfinite,
-            "buffers": self._buffer_tensors,
-            "distributed": self._distributed_flag,
-        }
+        settings = _pickling.settings(self)
         return (_restore, (self.param_groups, settings, self.state_dict()))
 
     # ------------------------------------------------------------------ checkpoints
@@ -933,33 +546,8 @@ class OptEx(torch.optim.Optimizer):
         RuntimeError while a round is pending (a step failed mid-round); ValueError
         for param groups changed by hand into what load_state_dict refuses (a key
         deleted or added, an invalid hyperparameter)."""
-        if not isinstance(history, bool):
-            raise ValueError(f"history: must be a bool, got {history!r}")
-        try:  # param groups changed by hand: refused here rather than written unloadable
-            _hyper.group_optimizers(self._kind, self.param_groups)
-        except ValueError as error:
-            raise ValueError(f"state_dict: {error} (load_state_dict would refuse it)") from None
-        result = super().state_dict()
-        if self._engine is None:
-            return result
-        if self._shards is not None:
-            raise RuntimeError(
-                f"state_dict: {_SHARD_STATE}=True: each rank holds only its slice of the "
-                "optimizer state and the history, and a state_dict of sharded state is not "
-                "available yet (it is refused rather than written incomplete); checkpoint the "
-                "model's parameters, or train with shard_state=False where a checkpoint is needed"
-            )
-        if self._engine.pending:
-            raise RuntimeError(
-                "state_dict: the last step failed mid-round and its round is still pending; "
-                "call step(closure) again to finish it before saving"
-            )
-        assert self._layout is not None
-        state, optex_part = _checkpoint.save(self._engine, self._kind, self._layout, self._params(),
-                                             self._offsets, self._shelf, history)
-        result["state"] = state
-        result[_checkpoint.KEY] = optex_part
-        return result
+        _state_dict.check_save(self, history)
+        return _state_dict.with_engine_state(self, super().state_dict(), history)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores a ``state_dict()`` (torch.optim's contract: the param groups must
@@ -976,47 +564,7 @@ class OptEx(torch.optim.Optimizer):
         that is another optimizer's option, an invalid hyperparameter, malformed tensors
         (wrong shape, dtype or layout, meta tensors), non-finite values, or a
         state from which the engine cannot take a step."""
-        _checks.check_top(state_dict, _checkpoint.KEY)
-        groups, state = state_dict[_checks.GROUPS], state_dict[_checks.STATE]
-        first = state.get(0)
-        blob = isinstance(first, dict) and _CHECKPOINT_KEY in first
-        if state and not blob and not _checkpoint.is_optex_state(state_dict):
-            raise ValueError(
-                "state_dict: not an optex.torch.OptEx state (it has a 'state' but no "
-                f"'{_checkpoint.KEY}' entry: a torch.optim optimizer's?)"
-            )
-        _checks.check_param_groups(self._kind, groups, self.param_groups)
-        if self._shard_state and (state or _checkpoint.is_optex_state(state_dict)):
-            raise ValueError(
-                f"state_dict: {_SHARD_STATE}=True cannot load an optimizer state yet (its ranks "
-                "would each need their slice of it); only a state saved before the first step "
-                "(without one) loads"
-            )
-        if blob:
-            self._load_engine_blob(state_dict)
-            return
-        # torch.optim's own checks and param groups first; put back unless
-        # everything loads, so that a refused state changes nothing.
-        old_groups, old_state, old_defaults = self.param_groups, self.state, dict(self.defaults)
-        self._torch_load_groups(groups)
-        new_groups = self.param_groups
-        try:
-            engine, layout, offsets, shelf, ranges = self._engine_from_state(state_dict, new_groups)
-        except BaseException:
-            self.param_groups, self.state = old_groups, old_state
-            self.defaults.clear()
-            self.defaults.update(old_defaults)
-            raise
-        self.state.clear()
-        self._engine, self._layout, self._last_info = engine, layout, None
-        self._iteration = 0 if engine is None else int(engine.iteration)
-        self._offsets, self._shelf = offsets, shelf
-        if engine is None or layout is None:
-            self._iterate, self._ranges = None, []
-            return
-        self._ranges = ranges
-        self._options = engine.options
-        self._iterate = torch.from_numpy(engine.x).to(layout.device)
+        _state_dict.load(self, state_dict)
 
     def _torch_load_groups(self, groups: list[dict[str, Any]]) -> None:
         """torch.optim's load of the (checked) param groups, with an empty state. Its
@@ -1026,86 +574,6 @@ class OptEx(torch.optim.Optimizer):
         super().load_state_dict({"state": {}, "param_groups": groups})
         self.defaults.clear()
         self.defaults.update(defaults)
-
-    def _engine_from_state(self, state_dict: dict[str, Any], groups: list[dict[str, Any]]) -> tuple:
-        """(engine, layout, offsets, shelf, ranges) of a state_dict() (Nones and empties
-        for a state saved before the first step); ValueError for a malformed one."""
-        offsets, shelf = StepOffsets(), Shelf()
-        if not _checkpoint.is_optex_state(state_dict):
-            return None, None, offsets, shelf, []
-        state = state_dict["state"]
-        params = [p for group in groups for p in group["params"]]
-        optex_part = state_dict[_checkpoint.KEY]
-        indices = _checkpoint.trainable_indices(optex_part, len(params), self._kind)
-        chosen = set(indices)
-        layout = FlatLayout([[p for p, i in zip(group["params"], indices_of) if i in chosen]
-                             for group, indices_of in _indexed(groups)])
-        arrays, own_steps = _checkpoint.engine_arrays(optex_part, state, layout, params)
-        for p in layout.params:
-            offsets.set(p, int(arrays["step"]) - own_steps[id(p)])
-        ranges = engine_ranges(layout, _hyper.group_optimizers(self._kind, groups), offsets)
-        arrays["optimizer"] = range_entries(ranges)
-        try:
-            engine = _Engine.from_state_arrays(arrays, device=self._engine_device())
-        except (ValueError, TypeError, OverflowError) as error:
-            raise ValueError(f"state_dict: {error}") from None
-        step = int(arrays["step"])
-        for p, slots, own in _checkpoint.shelved_states(state, chosen, params, list(arrays["slots"]), step):
-            _checks.check_shelved(arrays, groups, p, slots, step - own, self._kind)
-            shelf.put(p, slots, own)
-        return engine, layout, offsets, shelf, ranges
-
-    def _load_engine_blob(self, state_dict: dict[str, Any]) -> None:
-        """The earlier state_dict format: one engine checkpoint (bytes) for all parameters."""
-        entry = state_dict["state"].get(0)
-        if len(state_dict["state"]) != 1 or not isinstance(entry.get(_CHECKPOINT_KEY), (bytes, bytearray)):
-            raise ValueError(
-                "state_dict: not an optex.torch.OptEx state (expected 'state' to be empty "
-                f"or {{0: {{'{_CHECKPOINT_KEY}': bytes, ...}}}}, got keys {list(state_dict['state'])})"
-            )
-        engine = _engine_from_bytes(bytes(entry[_CHECKPOINT_KEY]), self._engine_device())
-        kind = _hyper.kind_of(engine.optimizer)
-        if kind != self._kind:
-            raise ValueError(
-                f"state_dict: saved with optimizer={kind!r}, this optimizer has optimizer={self._kind!r}"
-            )
-        layout = FlatLayout([group["params"] for group in self.param_groups])
-        if engine.dim != layout.dim:
-            raise ValueError(
-                f"state_dict: the checkpoint is for {engine.dim} parameters, this optimizer has {layout.dim}"
-            )
-        self._torch_load_groups(state_dict["param_groups"])
-        self.state.clear()
-        self._engine, self._layout, self._last_info = engine, layout, None
-        self._offsets, self._shelf = StepOffsets(), Shelf()
-        self._iteration = int(engine.iteration)
-        self._ranges = engine_ranges(layout, _hyper.group_optimizers(self._kind, self.param_groups),
-                                     self._offsets)
-        self._options = engine.options
-        self._iterate = torch.from_numpy(engine.x).to(layout.device)
-
-
-# The earlier state_dict format held an engine checkpoint file's bytes.
-
-def _engine_from_bytes(blob: bytes, device: str) -> _Engine:
-    with tempfile.TemporaryDirectory(prefix="optex-") as tmp:
-        path = os.path.join(tmp, "engine.ckpt")
-        with open(path, "wb") as f:
-            f.write(blob)
-        try:
-            return _Engine.load(path, device=device)
-        except RuntimeError as error:
-            raise ValueError(f"state_dict: the engine checkpoint cannot be read: {error}") from None
-
-
-def _indexed(groups: list[dict[str, Any]]) -> list[tuple[dict[str, Any], range]]:
-    """Each param group with the state_dict indices of its parameters."""
-    out, start = [], 0
-    for group in groups:
-        count = len(group["params"])
-        out.append((group, range(start, start + count)))
-        start += count
-    return out
 
 
 def _restore(param_groups: list[dict[str, Any]], settings: dict[str, Any],
