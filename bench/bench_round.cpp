@@ -32,11 +32,11 @@
 #include <memory>
 #include <vector>
 
-#include "optex/adam.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optex/round_cost.hpp"
+#include "optex/optimizers/adam.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/planning/round_cost.hpp"
 
 namespace {
 

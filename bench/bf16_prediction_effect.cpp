@@ -28,10 +28,10 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <optex/detail/bf16.hpp>
-#include <optex/gp_estimator.hpp>
-#include <optex/gradient_history.hpp>
-#include <optex/lengthscale_selection.hpp>
+#include <optex/backend/bf16.hpp>
+#include <optex/estimator/gp_estimator.hpp>
+#include <optex/estimator/gradient_history.hpp>
+#include <optex/estimator/lengthscale_selection.hpp>
 #include <optex/optex.hpp>
 #include <span>
 #include <string>

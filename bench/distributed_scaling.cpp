@@ -21,10 +21,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optex/distributed_engine.hpp>
-#include <optex/mpi_communicator.hpp>
-#include <optex/problems.hpp>
-#include <optex/startup_agreement.hpp>
+#include <optex/distributed/distributed_engine.hpp>
+#include <optex/distributed/mpi_communicator.hpp>
+#include <optex/problems/problems.hpp>
+#include <optex/distributed/startup_agreement.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--markdown", markdown_path, "write the results as a Markdown table (rank 0)");
   // Every rank parses its own command line, then the ranks agree on the
-  // outcome (optex/startup_agreement.hpp): a bad flag or --help on one rank
+  // outcome (optex/distributed/startup_agreement.hpp): a bad flag or --help on one rank
   // ends every rank at once instead of leaving them waiting.
   optex::StartupStatus status;
   try {

@@ -21,10 +21,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <optex/distributed_engine.hpp>
-#include <optex/mpi_communicator.hpp>
-#include <optex/problems.hpp>
-#include <optex/sharded_engine.hpp>
+#include <optex/distributed/distributed_engine.hpp>
+#include <optex/distributed/mpi_communicator.hpp>
+#include <optex/problems/problems.hpp>
+#include <optex/sharded/sharded_engine.hpp>
 #include <sstream>
 #include <string>
 #include <vector>

@@ -7,7 +7,7 @@ if(NOT MPI_CXX_FOUND)
     "(MPI_CXX_COMPILER=/path/to/mpicxx), or configure with -DOPTEX_WITH_MPI=OFF.")
 endif()
 
-add_library(optex_mpi src/mpi_communicator.cpp)
+add_library(optex_mpi src/distributed/mpi_communicator.cpp)
 add_library(optex::mpi ALIAS optex_mpi)
 target_link_libraries(optex_mpi PUBLIC optex MPI::MPI_CXX PRIVATE $<BUILD_INTERFACE:optex_warnings>)
 set_target_properties(optex_mpi PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME mpi)

@@ -17,7 +17,7 @@
 
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
-#include "optex/detail/bf16.hpp"
+#include "optex/backend/bf16.hpp"
 
 namespace optex::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// CUDA's device primitives (optex/detail/device_primitives.hpp): the memory of
+// CUDA's device primitives (optex/backend/device_primitives.hpp): the memory of
 // one device, the kernels of kernels.cuh, cuBLAS and cuSOLVER.
 //
 // Everything is enqueued on one non-blocking stream, which the cuBLAS and
@@ -33,7 +33,7 @@
 #include "cuda_context.hpp"
 #include "device_buffer.hpp"
 #include "kernels.cuh"
-#include "optex/detail/device_primitives.hpp"
+#include "optex/backend/device_primitives.hpp"
 
 namespace optex::cuda {
 

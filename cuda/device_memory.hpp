@@ -3,7 +3,7 @@
 // the backend's own count of what it allocates.)
 #pragma once
 
-#include "optex/options.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex::cuda {
 

@@ -15,9 +15,9 @@
 #include <variant>
 #include <vector>
 
-#include "optex/covariance.hpp"
-#include "optex/detail/bf16.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/bf16.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::cuda {
 

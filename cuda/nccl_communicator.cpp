@@ -1,4 +1,4 @@
-// The NCCL communicator (include/optex/nccl_communicator.hpp).
+// The NCCL communicator (include/optex/distributed/nccl_communicator.hpp).
 //
 // The NCCL communicator is non-blocking (ncclConfig_t::blocking = 0) so that
 // no NCCL call can hang: every call returns at once, possibly with
@@ -11,7 +11,7 @@
 // before the next NCCL call and before enqueueing other work on its stream;
 // an operation with a stream is only enqueued then, and may still report an
 // error until the stream completes; after an error, abort.
-#include "optex/nccl_communicator.hpp"
+#include "optex/distributed/nccl_communicator.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -10,7 +10,7 @@
 //                                        # each rank holds 1/4 of the optimizer state and history
 //
 // Every rank parses its own command line; before anything else the ranks
-// agree on it (optex/startup_agreement.hpp), so a bad flag or --help on one
+// agree on it (optex/distributed/startup_agreement.hpp), so a bad flag or --help on one
 // rank, or settings that differ between ranks, end every rank at once with a
 // message naming the rank and the reason.
 //
@@ -24,17 +24,17 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <optex/distributed_minimize.hpp>
-#include <optex/mpi_communicator.hpp>
-#include <optex/problems.hpp>
-#include <optex/sharded_engine.hpp>
-#include <optex/startup_agreement.hpp>
+#include <optex/distributed/distributed_minimize.hpp>
+#include <optex/distributed/mpi_communicator.hpp>
+#include <optex/problems/problems.hpp>
+#include <optex/sharded/sharded_engine.hpp>
+#include <optex/distributed/startup_agreement.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 #if OPTEX_HAVE_NCCL
-#include <optex/nccl_communicator.hpp>
+#include <optex/distributed/nccl_communicator.hpp>
 #endif
 
 namespace {

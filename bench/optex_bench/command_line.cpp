@@ -11,7 +11,7 @@
 #include "../../tools/flag_values.hpp"
 #include "../list_flag.hpp"
 #include "methods.hpp"
-#include "optex/optimizer.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "presets.hpp"
 #include "report.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <limits>
-#include <optex/optimizer.hpp>
+#include <optex/optimizers/optimizer.hpp>
 #include <optional>
 #include <stdexcept>
 #include <utility>

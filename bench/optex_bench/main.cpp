@@ -13,8 +13,8 @@
 #include <iostream>
 #include <limits>
 #include <memory>
-#include <optex/iteration_info.hpp>
-#include <optex/progress_bar.hpp>
+#include <optex/engine/iteration_info.hpp>
+#include <optex/util/progress_bar.hpp>
 #include <stdexcept>
 #include <string>
 #include <variant>

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <optex/data_parallel.hpp>  // minibatch_seed
-#include <optex/engine.hpp>
-#include <optex/random.hpp>
+#include <optex/distributed/data_parallel.hpp>  // minibatch_seed
+#include <optex/engine/engine.hpp>
+#include <optex/util/random.hpp>
 #include <optional>
 #include <stdexcept>
 #include <utility>

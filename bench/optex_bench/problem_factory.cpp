@@ -1,8 +1,8 @@
 #include "problem_factory.hpp"
 
 #include <algorithm>
-#include <optex/problems.hpp>
-#include <optex/random.hpp>
+#include <optex/problems/problems.hpp>
+#include <optex/util/random.hpp>
 #include <stdexcept>
 #include <utility>
 

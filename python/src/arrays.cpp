@@ -1,6 +1,6 @@
 #include "arrays.hpp"
 
-#include "optex/magnitude_bound.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 
 #include <algorithm>
 #include <array>

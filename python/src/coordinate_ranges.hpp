@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "optex/coordinate_range.hpp"
+#include "optex/engine/coordinate_range.hpp"
 
 namespace optex::python {
 

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex::python {
 

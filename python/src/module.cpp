@@ -6,8 +6,8 @@
 
 #include "bindings.hpp"
 #include "dlpack.hpp"
-#include "optex/device.hpp"
-#include "optex/magnitude_bound.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 #include "optex/version.hpp"
 
 PYBIND11_MODULE(_optex, m) {

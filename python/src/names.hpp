@@ -9,9 +9,9 @@
 #include <string_view>
 #include <utility>
 
-#include "optex/covariance.hpp"
-#include "optex/device.hpp"
-#include "optex/options.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex::python {
 

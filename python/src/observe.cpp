@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "arrays.hpp"
-#include "optex/magnitude_bound.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 
 namespace optex::python {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "optex/engine.hpp"
+#include "optex/engine/engine.hpp"
 
 namespace optex::python {
 

@@ -6,7 +6,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "optex/optimizer_ranges.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::python {
 

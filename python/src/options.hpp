@@ -4,7 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "optex/options.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex::python {
 

@@ -1,7 +1,7 @@
 // optex.plan: will OptEx pay off? The core's planner (plan.hpp), with the
 // gradient time given or measured from a Python objective, and optex.Plan,
 // optex.PlanCandidate for what it returns.
-#include "optex/plan.hpp"
+#include "optex/planning/plan.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -16,8 +16,8 @@
 
 #include "bindings.hpp"
 #include "names.hpp"
-#include "optex/options.hpp"
-#include "optex/random.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::python {
 namespace {

@@ -1,7 +1,7 @@
 // optex.point_range: the core's split of a round's points over groups of
 // workers (point_split.hpp), for Python code that shares the points itself
 // (optex.torch under torch.distributed) and must agree with DistributedEngine.
-#include "optex/point_split.hpp"
+#include "optex/distributed/point_split.hpp"
 
 #include "bindings.hpp"
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "optex/problems.hpp"
+#include "optex/problems/problems.hpp"
 
 namespace optex::python {
 

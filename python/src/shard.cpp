@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "bindings.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 #include "optimizers.hpp"
 
 namespace optex::python {

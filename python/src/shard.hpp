@@ -10,7 +10,7 @@
 #include <optional>
 #include <span>
 
-#include "optex/coordinate_shard.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 
 namespace optex::python {
 

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "optex/engine_snapshot.hpp"
+#include "optex/engine/engine_snapshot.hpp"
 
 namespace optex::python {
 

@@ -1,4 +1,4 @@
-#include "optex/block_pool.hpp"
+#include "optex/backend/block_pool.hpp"
 
 #include <sched.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <utility>
 
-#include "optex/thread_pool.hpp"
+#include "optex/util/thread_pool.hpp"
 
 namespace optex {
 namespace {

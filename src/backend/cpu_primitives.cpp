@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "optex/block_pool.hpp"
-#include "optex/data_parallel.hpp"
-#include "optex/detail/allocation.hpp"
-#include "optex/detail/device_primitives.hpp"
-#include "optex/streaming.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/util/allocation.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/backend/streaming.hpp"
 
 namespace optex::detail {
 namespace {

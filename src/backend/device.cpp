@@ -1,10 +1,10 @@
 // What this build and this machine offer, and the CUDA primitives' stand-in
 // when optex is built without CUDA.
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 #include <stdexcept>
 
-#include "optex/detail/device_primitives.hpp"
+#include "optex/backend/device_primitives.hpp"
 
 #if OPTEX_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -12,13 +12,13 @@
 
 #include <memory>
 
-#include "completed_sums.hpp"
-#include "device_backend.hpp"
+#include "sharded/completed_sums.hpp"
+#include "backend/device_backend.hpp"
 
-#include "optex/detail/allocation.hpp"
-#include "optex/detail/bf16.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/magnitude_bound.hpp"
+#include "optex/util/allocation.hpp"
+#include "optex/backend/bf16.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 
 namespace optex::detail {
 

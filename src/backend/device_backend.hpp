@@ -19,8 +19,8 @@
 
 #include <Eigen/Core>
 
-#include "optex/detail/device_primitives.hpp"
-#include "optex/detail/engine_backend.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/backend/engine_backend.hpp"
 
 namespace optex::detail {
 

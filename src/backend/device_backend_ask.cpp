@@ -13,10 +13,10 @@
 
 #include <sstream>
 
-#include "completed_sums.hpp"
-#include "device_backend.hpp"
+#include "sharded/completed_sums.hpp"
+#include "backend/device_backend.hpp"
 
-#include "optex/gp_estimator.hpp"
+#include "optex/estimator/gp_estimator.hpp"
 
 namespace optex::detail {
 

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "completed_sums.hpp"
-#include "device_backend.hpp"
+#include "sharded/completed_sums.hpp"
+#include "backend/device_backend.hpp"
 
-#include "optex/detail/point_evaluations.hpp"
+#include "optex/engine/point_evaluations.hpp"
 
 namespace optex::detail {
 

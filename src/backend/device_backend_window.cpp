@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "completed_sums.hpp"
-#include "device_backend.hpp"
+#include "sharded/completed_sums.hpp"
+#include "backend/device_backend.hpp"
 
 namespace optex::detail {
 

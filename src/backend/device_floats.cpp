@@ -1,4 +1,4 @@
-#include "optex/detail/device_floats.hpp"
+#include "optex/backend/device_floats.hpp"
 
 #include <algorithm>
 #include <stdexcept>

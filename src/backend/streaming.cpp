@@ -1,4 +1,4 @@
-#include "optex/streaming.hpp"
+#include "optex/backend/streaming.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -1,5 +1,5 @@
 // write_file_atomically: a unique temporary beside the target, synced, renamed over it.
-#include "optex/detail/atomic_file.hpp"
+#include "optex/checkpoint/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "optex/detail/file_path.hpp"
-#include "optex/random.hpp"
+#include "optex/checkpoint/file_path.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::detail {
 namespace {

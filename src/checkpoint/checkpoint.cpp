@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint_payload.hpp"
-#include "optex/detail/atomic_file.hpp"
-#include "optex/detail/file_path.hpp"
-#include "optex/detail/regular_file.hpp"
-#include "optex/engine.hpp"
-#include "resumed_options.hpp"
-#include "serialization.hpp"
+#include "checkpoint/checkpoint_payload.hpp"
+#include "optex/checkpoint/atomic_file.hpp"
+#include "optex/checkpoint/file_path.hpp"
+#include "optex/checkpoint/regular_file.hpp"
+#include "optex/engine/engine.hpp"
+#include "engine/resumed_options.hpp"
+#include "checkpoint/serialization.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "the checkpoint format is little-endian; add byte swapping for this platform");

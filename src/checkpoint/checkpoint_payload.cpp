@@ -1,15 +1,15 @@
 // The checkpoint payload both ways: write_payload in field order, read_payload
 // in the same order, checking the structure as it reads and the values with
 // validate() once it has read everything.
-#include "checkpoint_payload.hpp"
+#include "checkpoint/checkpoint_payload.hpp"
 
 #include <cstddef>
 #include <map>
 #include <string>
 #include <utility>
 
-#include "optex/adaptive_split.hpp"
-#include "optex/random.hpp"
+#include "optex/engine/adaptive_split.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::detail {
 namespace {

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "optex/engine_snapshot.hpp"
-#include "serialization.hpp"
+#include "optex/engine/engine_snapshot.hpp"
+#include "checkpoint/serialization.hpp"
 
 namespace optex::detail {
 

@@ -1,4 +1,4 @@
-#include "optex/detail/file_path.hpp"
+#include "optex/checkpoint/file_path.hpp"
 
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
 // read_regular_file: stat before open, open without blocking, read at most the size.
-#include "optex/detail/regular_file.hpp"
+#include "optex/checkpoint/regular_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "optex/detail/file_path.hpp"
+#include "optex/checkpoint/file_path.hpp"
 
 namespace optex::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "serialization.hpp"
+#include "checkpoint/serialization.hpp"
 
 #include <optional>
 #include <string>

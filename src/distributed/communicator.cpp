@@ -1,5 +1,5 @@
 // The backend-independent parts of the communicator interface.
-#include "optex/communicator.hpp"
+#include "optex/distributed/communicator.hpp"
 
 #include <unistd.h>
 

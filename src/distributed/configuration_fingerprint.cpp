@@ -1,7 +1,7 @@
-#include "optex/detail/configuration_fingerprint.hpp"
+#include "optex/distributed/configuration_fingerprint.hpp"
 
-#include "optex/random.hpp"
-#include "serialization.hpp"
+#include "optex/util/random.hpp"
+#include "checkpoint/serialization.hpp"
 
 namespace optex::detail {
 namespace {

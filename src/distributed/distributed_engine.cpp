@@ -1,4 +1,4 @@
-#include "optex/distributed_engine.hpp"
+#include "optex/distributed/distributed_engine.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,12 +9,12 @@
 #include <sstream>
 #include <utility>
 
-#include "optex/block_pool.hpp"
-#include "optex/data_parallel.hpp"
-#include "optex/detail/configuration_fingerprint.hpp"
-#include "optex/random.hpp"
-#include "optex/startup_agreement.hpp"
-#include "rank_agreement.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/distributed/configuration_fingerprint.hpp"
+#include "optex/util/random.hpp"
+#include "optex/distributed/startup_agreement.hpp"
+#include "distributed/rank_agreement.hpp"
 
 namespace optex {
 namespace {

@@ -15,7 +15,7 @@
 // ranks are woken, and every operation still waiting for a rank, and every
 // later one, throws it. (A collective that every rank has already joined
 // completes: the others may be reading this rank's buffers.)
-#include "optex/in_process_communicator.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // The MPI communicator: non-blocking MPI collectives, polled with a sleep
 // backoff until they complete or the timeout passes.
-#include "optex/mpi_communicator.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "optex/point_split.hpp"
+#include "optex/distributed/point_split.hpp"
 
 #include <algorithm>
 #include <stdexcept>

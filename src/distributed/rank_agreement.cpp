@@ -1,11 +1,11 @@
-#include "rank_agreement.hpp"
+#include "distributed/rank_agreement.hpp"
 
 #include <limits>
 #include <sstream>
 
-#include "optex/data_parallel.hpp"
-#include "optex/random.hpp"
-#include "optex/startup_agreement.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/util/random.hpp"
+#include "optex/distributed/startup_agreement.hpp"
 
 namespace optex::detail {
 namespace {

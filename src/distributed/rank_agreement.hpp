@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "optex/communicator.hpp"
-#include "optex/coordinate_range.hpp"
-#include "optex/distributed_engine.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/engine/coordinate_range.hpp"
+#include "optex/distributed/distributed_engine.hpp"
 
 namespace optex::detail {
 

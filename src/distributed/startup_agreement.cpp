@@ -1,4 +1,4 @@
-#include "optex/startup_agreement.hpp"
+#include "optex/distributed/startup_agreement.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "optex/adaptive_split.hpp"
+#include "optex/engine/adaptive_split.hpp"
 
 #include <algorithm>
 #include <cmath>

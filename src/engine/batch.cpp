@@ -1,10 +1,10 @@
-#include "optex/batch.hpp"
+#include "optex/engine/batch.hpp"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "optex/detail/allocation.hpp"
+#include "optex/util/allocation.hpp"
 
 namespace optex {
 

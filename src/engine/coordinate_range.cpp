@@ -1,5 +1,5 @@
 // The shape rules of coordinate ranges.
-#include "optex/coordinate_range.hpp"
+#include "optex/engine/coordinate_range.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-#include "optex/engine.hpp"
+#include "optex/engine/engine.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -7,11 +7,11 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "optex/block_pool.hpp"
-#include "optex/detail/engine_backend.hpp"
-#include "optex/detail/point_evaluations.hpp"
-#include "optex/lengthscale_selection.hpp"
-#include "optex/magnitude_bound.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/point_evaluations.hpp"
+#include "optex/estimator/lengthscale_selection.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 
 namespace optex {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 
-#include "optex/detail/engine_backend.hpp"
-#include "optex/engine.hpp"
-#include "optex/magnitude_bound.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 
 namespace optex {
 

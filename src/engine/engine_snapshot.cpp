@@ -1,7 +1,7 @@
 // Taking an engine's whole state as an EngineSnapshot, and building an engine
 // that continues it (engine_snapshot.hpp). Checkpoints go through here too:
 // save() serialises a snapshot, load() builds from the one it read.
-#include "optex/engine_snapshot.hpp"
+#include "optex/engine/engine_snapshot.hpp"
 
 #include <algorithm>
 #include <new>
@@ -9,11 +9,11 @@
 #include <string>
 #include <utility>
 
-#include "optex/detail/engine_backend.hpp"
-#include "optex/engine.hpp"
-#include "optex/magnitude_bound.hpp"
-#include "resumed_options.hpp"
-#include "steppable_state.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/magnitude_bound.hpp"
+#include "engine/resumed_options.hpp"
+#include "engine/steppable_state.hpp"
 
 namespace optex {
 namespace {

@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "optex/detail/engine_backend.hpp"
-#include "optex/engine.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/engine.hpp"
 
 namespace optex {
 

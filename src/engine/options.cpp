@@ -4,9 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "optex/block_pool.hpp"
+#include "optex/backend/block_pool.hpp"
 #include "optex/optimizers/hyperparameter.hpp"
-#include "optex/options.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 namespace {

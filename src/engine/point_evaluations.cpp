@@ -1,10 +1,10 @@
-#include "optex/detail/point_evaluations.hpp"
+#include "optex/engine/point_evaluations.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <limits>
 
-#include "optex/adaptive_split.hpp"
+#include "optex/engine/adaptive_split.hpp"
 
 namespace optex::detail {
 

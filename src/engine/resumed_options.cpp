@@ -1,4 +1,4 @@
-#include "resumed_options.hpp"
+#include "engine/resumed_options.hpp"
 
 #include <stdexcept>
 

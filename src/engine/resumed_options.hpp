@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "optex/device.hpp"
-#include "optex/options.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex::detail {
 

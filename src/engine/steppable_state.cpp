@@ -1,6 +1,6 @@
 // check_steppable: trial steps from a state about to be loaded, block by
 // block on copies, so that they need no memory of the state's size.
-#include "steppable_state.hpp"
+#include "engine/steppable_state.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "optex/block_pool.hpp"
-#include "optex/magnitude_bound.hpp"
-#include "optex/optimizer.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/engine/magnitude_bound.hpp"
+#include "optex/optimizers/optimizer.hpp"
 
 namespace optex::detail {
 namespace {

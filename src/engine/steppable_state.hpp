@@ -2,8 +2,8 @@
 // from (a checkpoint, a snapshot, a state_dict). Private to the library.
 #pragma once
 
-#include "optex/engine_snapshot.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/engine/engine_snapshot.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::detail {
 

@@ -1,4 +1,4 @@
-#include "optex/gp_estimator.hpp"
+#include "optex/estimator/gp_estimator.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "completed_sums.hpp"
-#include "optex/detail/allocation.hpp"
-#include "optex/streaming.hpp"
+#include "sharded/completed_sums.hpp"
+#include "optex/util/allocation.hpp"
+#include "optex/backend/streaming.hpp"
 
 namespace optex {
 

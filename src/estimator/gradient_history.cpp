@@ -1,4 +1,4 @@
-#include "optex/gradient_history.hpp"
+#include "optex/estimator/gradient_history.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "completed_sums.hpp"
-#include "optex/detail/allocation.hpp"
-#include "optex/streaming.hpp"
+#include "sharded/completed_sums.hpp"
+#include "optex/util/allocation.hpp"
+#include "optex/backend/streaming.hpp"
 
 namespace optex {
 

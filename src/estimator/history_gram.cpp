@@ -1,9 +1,9 @@
-#include "optex/history_gram.hpp"
+#include "optex/estimator/history_gram.hpp"
 
 #include <stdexcept>
 #include <string>
 
-#include "optex/detail/allocation.hpp"
+#include "optex/util/allocation.hpp"
 
 namespace optex {
 

@@ -1,4 +1,4 @@
-#include "optex/lengthscale_selection.hpp"
+#include "optex/estimator/lengthscale_selection.hpp"
 
 #include <Eigen/Cholesky>
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "optex/gp_estimator.hpp"
+#include "optex/estimator/gp_estimator.hpp"
 
 namespace optex {
 namespace {

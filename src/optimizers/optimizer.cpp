@@ -1,5 +1,5 @@
 // The operations on any base optimizer that are not elementwise.
-#include "optex/optimizer.hpp"
+#include "optex/optimizers/optimizer.hpp"
 
 #include <cctype>
 #include <optional>

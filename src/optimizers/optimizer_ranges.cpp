@@ -1,5 +1,5 @@
 // Per-range hyperparameters: their shape rules and how they may change.
-#include "optex/optimizer_ranges.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "optex/block_pool.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex {
 namespace {

@@ -1,6 +1,6 @@
 // The planner (plan.hpp): candidates, their measured overheads, the rules that
 // pick one, and the report.
-#include "optex/plan.hpp"
+#include "optex/planning/plan.hpp"
 
 #include <unistd.h>
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "optex/adaptive_split.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/options.hpp"
+#include "optex/engine/adaptive_split.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 namespace {

@@ -1,6 +1,6 @@
 // A round's overhead on this machine: measure_round_cost, measure_plain_step,
 // triad_bandwidth and the byte model round_bytes (round_cost.hpp).
-#include "optex/round_cost.hpp"
+#include "optex/planning/round_cost.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "optex/adam.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/engine.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_state.hpp"
-#include "optex/options.hpp"
-#include "optex/random.hpp"
+#include "optex/optimizers/adam.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex {
 namespace {

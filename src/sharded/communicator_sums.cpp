@@ -1,7 +1,7 @@
 // ShardSums over a communicator: the sums and flags of a sharded engine.
 #include <chrono>
 
-#include "optex/sharded_engine.hpp"
+#include "optex/sharded/sharded_engine.hpp"
 
 namespace optex {
 

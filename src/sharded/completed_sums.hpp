@@ -29,7 +29,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "optex/coordinate_shard.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 
 namespace optex::detail {
 

@@ -1,10 +1,10 @@
-#include "optex/coordinate_shard.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "optex/block_pool.hpp"
+#include "optex/backend/block_pool.hpp"
 
 namespace optex {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "optex/detail/device_floats.hpp"
-#include "sharded_engine_parts.hpp"
+#include "optex/backend/device_floats.hpp"
+#include "sharded/sharded_engine_parts.hpp"
 
 namespace optex {
 namespace {

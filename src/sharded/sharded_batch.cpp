@@ -1,4 +1,4 @@
-#include "optex/sharded_batch.hpp"
+#include "optex/sharded/sharded_batch.hpp"
 
 #include <stdexcept>
 #include <string>

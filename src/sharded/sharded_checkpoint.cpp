@@ -54,14 +54,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "checkpoint_payload.hpp"
-#include "optex/detail/atomic_file.hpp"
-#include "optex/detail/file_path.hpp"
-#include "optex/detail/regular_file.hpp"
-#include "optex/random.hpp"
-#include "rank_agreement.hpp"
-#include "sharded_engine_parts.hpp"
-#include "sharded_manifest.hpp"
+#include "checkpoint/checkpoint_payload.hpp"
+#include "optex/checkpoint/atomic_file.hpp"
+#include "optex/checkpoint/file_path.hpp"
+#include "optex/checkpoint/regular_file.hpp"
+#include "optex/util/random.hpp"
+#include "distributed/rank_agreement.hpp"
+#include "sharded/sharded_engine_parts.hpp"
+#include "sharded/sharded_manifest.hpp"
 
 namespace optex {
 namespace {

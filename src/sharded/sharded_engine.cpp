@@ -1,4 +1,4 @@
-#include "optex/sharded_engine.hpp"
+#include "optex/sharded/sharded_engine.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,13 +10,13 @@
 #include <string>
 #include <utility>
 
-#include "optex/block_pool.hpp"
-#include "optex/data_parallel.hpp"
-#include "optex/detail/configuration_fingerprint.hpp"
-#include "optex/detail/device_floats.hpp"
-#include "optex/random.hpp"
-#include "rank_agreement.hpp"
-#include "sharded_engine_parts.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/distributed/configuration_fingerprint.hpp"
+#include "optex/backend/device_floats.hpp"
+#include "optex/util/random.hpp"
+#include "distributed/rank_agreement.hpp"
+#include "sharded/sharded_engine_parts.hpp"
 
 namespace optex {
 namespace {

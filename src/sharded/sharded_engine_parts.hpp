@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "optex/sharded_engine.hpp"
+#include "optex/sharded/sharded_engine.hpp"
 
 namespace optex {
 

@@ -1,13 +1,13 @@
 // The sharded checkpoint's manifest: its text and its strict reader
 // (sharded_manifest.hpp).
-#include "sharded_manifest.hpp"
+#include "sharded/sharded_manifest.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
-#include "optex/detail/regular_file.hpp"
-#include "optex/random.hpp"
+#include "optex/checkpoint/regular_file.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::detail {
 namespace {

@@ -1,4 +1,4 @@
-// The manifest of a sharded checkpoint (src/sharded_checkpoint.cpp): its
+// The manifest of a sharded checkpoint (src/sharded/sharded_checkpoint.cpp): its
 // text, written by rank 0 once every slice file is in place, and its strict
 // reader. Private to the library.
 //

@@ -1,4 +1,4 @@
-#include "optex/progress_bar.hpp"
+#include "optex/util/progress_bar.hpp"
 
 #include <unistd.h>
 

@@ -1,11 +1,11 @@
-#include "optex/thread_pool.hpp"
+#include "optex/util/thread_pool.hpp"
 
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <utility>
 
-#include "optex/options.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 

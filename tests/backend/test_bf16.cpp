@@ -1,4 +1,4 @@
-// Tests of bf16 storage (optex/detail/bf16.hpp), shared by the CPU emulation and the CUDA
+// Tests of bf16 storage (optex/backend/bf16.hpp), shared by the CPU emulation and the CUDA
 // kernels: round to nearest even, against exact encodings and an independent reference.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "optex/detail/bf16.hpp"
+#include "optex/backend/bf16.hpp"
 
 namespace {
 

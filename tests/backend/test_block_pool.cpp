@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "optex/block_pool.hpp"
+#include "optex/backend/block_pool.hpp"
 
 namespace {
 

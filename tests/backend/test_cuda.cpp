@@ -4,7 +4,7 @@
 // run, optex::minimize and engines on slices of the coordinates. The
 // invariants that hold bit for bit on every device (N = 1, Proxy::target,
 // determinism, checkpoints, non-finite values, refused calls) are in
-// tests/test_engine_invariants.cpp, and each CUDA kernel against its CPU twin
+// tests/engine/test_engine_invariants.cpp, and each CUDA kernel against its CPU twin
 // in tests/test_cuda_kernels.cpp.
 //
 // Every test needs a CUDA device. Without one it is skipped with a message,
@@ -35,22 +35,22 @@
 #include <utility>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "gpu_test_support.hpp"
-#include "optex/batch.hpp"
-#include "optex/communicator.hpp"
-#include "optex/coordinate_shard.hpp"
-#include "optex/device.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/engine.hpp"
-#include "optex/in_process_communicator.hpp"
-#include "optex/minimize.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "optex/problems.hpp"
-#include "optex/random.hpp"
-#include "optex/sharded_engine.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
+#include "optex/engine/minimize.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/problems/problems.hpp"
+#include "optex/util/random.hpp"
+#include "optex/sharded/sharded_engine.hpp"
+#include "support/test_support.hpp"
 
 #if OPTEX_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -406,7 +406,7 @@ TEST_F(Cuda, GradientsThroughDeviceRowsHostRowsOrFlatArraysAgree) {
 // so that the commit replays the proxy steps up to point N-2); the only
 // differences are the estimator's rounding (test 1), carried through 16 steps.
 // That the device drops the pair and replays exactly is checked bit for bit in
-// tests/test_engine_invariants.cpp (EngineNonFinite.*).
+// tests/engine/test_engine_invariants.cpp (EngineNonFinite.*).
 TEST_F(Cuda, NonFiniteCommitMatchesTheCpu) {
   const std::size_t d = 1000;
   const std::vector<float> x0 = kRosenbrock.standard_start(d);

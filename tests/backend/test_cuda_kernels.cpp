@@ -15,7 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpu_test_support.hpp"
+#include "support/gpu_test_support.hpp"
 
 #if OPTEX_HAVE_CUDA
 
@@ -38,15 +38,15 @@
 
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
-#include "engine_equality.hpp"
+#include "support/engine_equality.hpp"
 #include "kernels.cuh"
-#include "optex/covariance.hpp"
-#include "optex/detail/bf16.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/streaming.hpp"
-#include "optimizer_configs.hpp"
-#include "test_support.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/bf16.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/backend/streaming.hpp"
+#include "support/optimizer_configs.hpp"
+#include "support/test_support.hpp"
 
 #endif
 

@@ -1,6 +1,6 @@
 // Each CUDA device primitive (cuda/cuda_primitives.hpp) against the CPU's
 // (make_cpu_primitives), on the same random inputs, through the interface
-// alone (optex/detail/device_primitives.hpp):
+// alone (optex/backend/device_primitives.hpp):
 //
 //   put, copy, zero, copy_stored,      bit for bit (bf16: detail::to_bf16 and
 //   store, load, views, fetch          from_bf16, which the CPU cannot store)
@@ -37,16 +37,16 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "gpu_test_support.hpp"
-#include "optex/covariance.hpp"
-#include "optex/detail/bf16.hpp"
-#include "optex/detail/device_primitives.hpp"
-#include "optex/device.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optimizer_configs.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/bf16.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/optimizer_configs.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/device.hpp"
-#include "optex/engine.hpp"
-#include "optex/options.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/problems/sphere.hpp"
 
 namespace {

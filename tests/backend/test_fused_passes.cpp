@@ -12,15 +12,15 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/engine.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optex/streaming.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/backend/streaming.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

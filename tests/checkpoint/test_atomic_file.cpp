@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "optex/detail/atomic_file.hpp"
-#include "optex/detail/regular_file.hpp"
-#include "scratch_directory.hpp"
+#include "optex/checkpoint/atomic_file.hpp"
+#include "optex/checkpoint/regular_file.hpp"
+#include "support/scratch_directory.hpp"
 
 namespace {
 

@@ -26,14 +26,14 @@
 #include <variant>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/batch.hpp"
-#include "optex/covariance.hpp"
-#include "optex/engine.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "optex/random.hpp"
-#include "scratch_directory.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
+#include "support/scratch_directory.hpp"
 
 namespace {
 
@@ -93,7 +93,7 @@ void WriteBytes(const fs::path& p, const std::vector<char>& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// The layout of src/checkpoint.cpp: 8-byte magic, u32 version, u64 payload
+// The layout of src/checkpoint/checkpoint.cpp: 8-byte magic, u32 version, u64 payload
 // size, payload, u64 FNV-1a of the payload.
 constexpr std::size_t kHeader = 8 + 4 + 8;
 constexpr std::size_t kTrailer = 8;

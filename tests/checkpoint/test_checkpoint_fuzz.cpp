@@ -24,10 +24,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/engine.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "optex/random.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
 
 // ---- the largest single allocation while armed --------------------------------
 // Replaces the global operator new of this test program only.
@@ -89,7 +89,7 @@ void Set(std::vector<char>& bytes, std::size_t at, T v) {
 }
 
 // The file offsets of a format 6 checkpoint's fields, found by walking it with the
-// layout of src/checkpoint_payload.cpp (DESIGN.md section 6). `*_count` is a u64 element
+// layout of src/checkpoint/checkpoint_payload.cpp (DESIGN.md section 6). `*_count` is a u64 element
 // count, the elements follow it.
 struct Layout {
   std::size_t parallelism, history, lengthscale_grid_count, device_index;

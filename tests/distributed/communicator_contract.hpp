@@ -1,4 +1,4 @@
-// The communicator contract (include/optex/communicator.hpp), checked the same
+// The communicator contract (include/optex/distributed/communicator.hpp), checked the same
 // way for every backend. Every rank calls the same check with its own
 // communicator, in the same order; the checks use GoogleTest assertions,
 // which are thread-safe, so the ranks may be threads of one process
@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "optex/communicator.hpp"
+#include "optex/distributed/communicator.hpp"
 
 namespace optex::test {
 

@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "distributed_scenarios.hpp"
-#include "engine_equality.hpp"
-#include "optex/communicator.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/engine.hpp"
-#include "test_support.hpp"
+#include "distributed/distributed_scenarios.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/engine.hpp"
+#include "support/test_support.hpp"
 
 namespace optex::test {
 

@@ -22,15 +22,15 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/communicator.hpp"
-#include "optex/coordinate_range.hpp"
-#include "optex/data_parallel.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/distributed_minimize.hpp"
-#include "optex/problems.hpp"
-#include "optex/random.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/engine/coordinate_range.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/distributed/distributed_minimize.hpp"
+#include "optex/problems/problems.hpp"
+#include "optex/util/random.hpp"
+#include "support/test_support.hpp"
 
 namespace optex::test {
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "optex/mpi_communicator.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
 
 namespace {
 

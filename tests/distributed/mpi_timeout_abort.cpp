@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "optex/mpi_communicator.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
 
 int main(int argc, char** argv) {
   optex::MpiSession mpi(&argc, &argv);

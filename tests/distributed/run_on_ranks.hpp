@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "optex/communicator.hpp"
-#include "optex/in_process_communicator.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
 
 namespace optex::test {
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "communicator_contract.hpp"
-#include "optex/communicator.hpp"
-#include "optex/in_process_communicator.hpp"
+#include "distributed/communicator_contract.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
 
 namespace {
 

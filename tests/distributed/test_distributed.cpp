@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "distributed_observe_scenarios.hpp"
-#include "distributed_scenarios.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/in_process_communicator.hpp"
-#include "run_on_ranks.hpp"
+#include "distributed/distributed_observe_scenarios.hpp"
+#include "distributed/distributed_scenarios.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
+#include "distributed/run_on_ranks.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <random>
 #include <string>
 
-#include "distributed_observe_scenarios.hpp"
-#include "distributed_scenarios.hpp"
-#include "optex/mpi_communicator.hpp"
+#include "distributed/distributed_observe_scenarios.hpp"
+#include "distributed/distributed_scenarios.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "communicator_contract.hpp"
-#include "optex/mpi_communicator.hpp"
+#include "distributed/communicator_contract.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
 
 namespace {
 

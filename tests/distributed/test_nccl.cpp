@@ -26,16 +26,16 @@
 #include <string>
 #include <vector>
 
-#include "communicator_contract.hpp"
-#include "engine_equality.hpp"
-#include "gpu_test_support.hpp"
-#include "optex/communicator.hpp"
-#include "optex/device.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/in_process_communicator.hpp"
-#include "optex/nccl_communicator.hpp"
-#include "optex/problems.hpp"
-#include "optex/sharded_engine.hpp"
+#include "distributed/communicator_contract.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
+#include "optex/distributed/nccl_communicator.hpp"
+#include "optex/problems/problems.hpp"
+#include "optex/sharded/sharded_engine.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/distributed_engine.hpp"
-#include "optex/point_split.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/distributed/point_split.hpp"
 
 namespace {
 

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/engine.hpp"
-#include "optex/magnitude_bound.hpp"
-#include "optex/minimize.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "throws_with.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/magnitude_bound.hpp"
+#include "optex/engine/minimize.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "support/throws_with.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The device side of a Batch, without a GPU: the host views of a device batch
 // are copies made through a detail::DeviceRows copier, and the logic that
-// decides what is copied, when and how often (src/batch.cpp) is plain CPU
+// decides what is copied, when and how often (src/engine/batch.cpp) is plain CPU
 // code. A fake copier whose "device memory" is ordinary host arrays lets us
 // count every download and check every value. The real CUDA copier is tested
 // in test_cuda.cpp.
@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/detail/engine_backend.hpp"
-#include "optex/device.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/backend/device.hpp"
 
 namespace {
 

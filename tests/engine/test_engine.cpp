@@ -2,7 +2,7 @@
 // the DESIGN.md section 2 semantics, checked step by step against hand computations
 // with the base optimizers. The invariants that every device must keep (N = 1,
 // Proxy::target, same seed same bits, checkpoints, non-finite values, refused calls)
-// are in tests/test_engine_invariants.cpp, once per device.
+// are in tests/engine/test_engine_invariants.cpp, once per device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,17 +20,17 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/batch.hpp"
-#include "optex/covariance.hpp"
-#include "optex/engine.hpp"
-#include "optex/minimize.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/minimize.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/problems/sphere.hpp"
-#include "optex/random.hpp"
-#include "optex/thread_pool.hpp"
-#include "test_support.hpp"
+#include "optex/util/random.hpp"
+#include "optex/util/thread_pool.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

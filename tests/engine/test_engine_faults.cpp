@@ -1,6 +1,6 @@
 // Every primitive call of a run may fail (DESIGN.md section 7): for each k,
-// an engine whose k-th primitive call throws (tests/faulty_primitives.hpp),
-// over the CPU's primitives and over deferred ones (tests/deferred_primitives.hpp,
+// an engine whose k-th primitive call throws (tests/support/faulty_primitives.hpp),
+// over the CPU's primitives and over deferred ones (tests/support/deferred_primitives.hpp,
 // a device's late results and asynchronous errors on the CPU), must
 //
 //   - leave the engine bit for bit as it was before the ask() or tell() that
@@ -37,19 +37,19 @@
 #include <utility>
 #include <vector>
 
-#include "deferred_primitives.hpp"
-#include "engine_equality.hpp"
-#include "faulty_primitives.hpp"
-#include "optex/batch.hpp"
-#include "optex/coordinate_range.hpp"
-#include "optex/detail/device_primitives.hpp"
-#include "optex/engine.hpp"
-#include "optex/history_gram.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optimizer_configs.hpp"
-#include "test_support.hpp"
+#include "support/deferred_primitives.hpp"
+#include "support/engine_equality.hpp"
+#include "support/faulty_primitives.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/coordinate_range.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/estimator/history_gram.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "support/optimizer_configs.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -100,7 +100,7 @@ struct Scenario {
   std::vector<std::string> chain_stops;
 };
 
-// One of tests/optimizer_configs.hpp's (the ranges ones need d >= 20).
+// One of tests/support/optimizer_configs.hpp's (the ranges ones need d >= 20).
 OptimizerRanges Config(const std::string& name, std::size_t d) {
   for (optex::test::OptimizerConfig& c : optex::test::EveryKind()) {
     if (c.name == name) return c.optimizer;

@@ -1,6 +1,6 @@
 // The engine's invariants (DESIGN.md sections 2 and 6) on every device: one
 // suite, instantiated for Device::cpu(), for the CPU on deferred primitives
-// (cpu_deferred: tests/deferred_primitives.hpp, a device's late results on the
+// (cpu_deferred: tests/support/deferred_primitives.hpp, a device's late results on the
 // CPU) and for Device::cuda(0), so that every backend is held to the same
 // assertions, all of them bit for bit:
 //
@@ -42,20 +42,20 @@
 #include <variant>
 #include <vector>
 
-#include "deferred_primitives.hpp"
-#include "device_fixture.hpp"
-#include "engine_equality.hpp"
-#include "gpu_test_support.hpp"
-#include "optex/batch.hpp"
-#include "optex/detail/device_primitives.hpp"
-#include "optex/device.hpp"
-#include "optex/engine.hpp"
-#include "optex/magnitude_bound.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optimizer_configs.hpp"
-#include "test_support.hpp"
+#include "support/deferred_primitives.hpp"
+#include "support/device_fixture.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/magnitude_bound.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "support/optimizer_configs.hpp"
+#include "support/test_support.hpp"
 
 #if OPTEX_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// EngineSnapshot (optex/engine_snapshot.hpp): an engine built from a snapshot continues
+// EngineSnapshot (optex/engine/engine_snapshot.hpp): an engine built from a snapshot continues
 // bit for bit, a snapshot without its history resumes exactly as an empty history does,
 // validate() refuses every field the way a checkpoint file is refused, and a range that
 // joins late (its step offset) is a fresh optimizer started that many steps later.
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/engine.hpp"
-#include "optex/engine_snapshot.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/engine_snapshot.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

@@ -19,14 +19,14 @@
 #include <thread>
 #include <vector>
 
-#include "optex/iteration_info.hpp"
-#include "optex/minimize.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "optex/progress_bar.hpp"
-#include "optex/random.hpp"
-#include "optex/thread_pool.hpp"
-#include "watchdog_child.hpp"
+#include "optex/engine/iteration_info.hpp"
+#include "optex/engine/minimize.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/progress_bar.hpp"
+#include "optex/util/random.hpp"
+#include "optex/util/thread_pool.hpp"
+#include "support/watchdog_child.hpp"
 
 namespace {
 

@@ -21,16 +21,16 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/adaptive_split.hpp"
-#include "optex/engine.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "optex/random.hpp"
-#include "scratch_directory.hpp"
-#include "test_support.hpp"
-#include "throws_with.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/engine/adaptive_split.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
+#include "support/scratch_directory.hpp"
+#include "support/test_support.hpp"
+#include "support/throws_with.hpp"
 
 namespace {
 

@@ -11,14 +11,14 @@
 #include <thread>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/engine.hpp"
-#include "optex/in_process_communicator.hpp"
-#include "optex/optimizer.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/problems/rosenbrock.hpp"
-#include "run_on_ranks.hpp"
-#include "test_support.hpp"
+#include "distributed/run_on_ranks.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

@@ -13,13 +13,13 @@
 #include <span>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/engine.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optex/streaming.hpp"
-#include "test_support.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/backend/streaming.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

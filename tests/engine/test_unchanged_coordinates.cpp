@@ -32,15 +32,15 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "gpu_test_support.hpp"
-#include "optex/batch.hpp"
-#include "optex/coordinate_range.hpp"
-#include "optex/engine.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/options.hpp"
-#include "test_support.hpp"
-#include "throws_with.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/coordinate_range.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/engine/options.hpp"
+#include "support/test_support.hpp"
+#include "support/throws_with.hpp"
 
 namespace optex {
 // Devices in gtest's messages by name, not as bytes.

@@ -18,16 +18,16 @@
 #include <string>
 #include <vector>
 
-#include "device_fixture.hpp"
-#include "engine_equality.hpp"
-#include "optex/batch.hpp"
-#include "optex/engine.hpp"
-#include "optex/engine_snapshot.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/options.hpp"
-#include "optimizer_configs.hpp"
-#include "test_support.hpp"
+#include "support/device_fixture.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/engine_snapshot.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/engine/options.hpp"
+#include "support/optimizer_configs.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

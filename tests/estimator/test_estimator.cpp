@@ -1,6 +1,6 @@
-// Tests of the GP gradient estimator and what it is built on: kernels (optex/covariance.hpp), the
-// history ring buffer (optex/gradient_history.hpp), the streaming passes (optex/streaming.hpp)
-// and GpGradientEstimator (optex/gp_estimator.hpp), against brute-force double references.
+// Tests of the GP gradient estimator and what it is built on: kernels (optex/estimator/covariance.hpp), the
+// history ring buffer (optex/estimator/gradient_history.hpp), the streaming passes (optex/backend/streaming.hpp)
+// and GpGradientEstimator (optex/estimator/gp_estimator.hpp), against brute-force double references.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,13 +17,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/covariance.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/kernel.hpp"
-#include "optex/options.hpp"
-#include "optex/streaming.hpp"
-#include "test_support.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/estimator/kernel.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/backend/streaming.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -104,7 +104,7 @@ TEST(Covariance, NamesRoundTrip) {
   EXPECT_THROW(optex::covariance_from_name("matern72"), std::invalid_argument);
 }
 
-// The former spelling (optex/kernel.hpp) still compiles, deprecated, and means the same.
+// The former spelling (optex/estimator/kernel.hpp) still compiles, deprecated, and means the same.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static_assert(std::is_same_v<optex::Kernel, Covariance>);

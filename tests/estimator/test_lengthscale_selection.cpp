@@ -1,4 +1,4 @@
-// Tests of the lengthscale selection (optex/lengthscale_selection.hpp): when it declines to
+// Tests of the lengthscale selection (optex/estimator/lengthscale_selection.hpp): when it declines to
 // choose, that it chooses on the grid of median-distance multiples, and that both criteria
 // equal brute-force recomputations written here with Eigen (the LOO one by actually leaving
 // each point out and refitting).
@@ -17,12 +17,12 @@
 #include <tuple>
 #include <vector>
 
-#include "optex/covariance.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/lengthscale_selection.hpp"
-#include "optex/options.hpp"
-#include "test_support.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/estimator/lengthscale_selection.hpp"
+#include "optex/engine/options.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// OptimizerRanges (optex/optimizer_ranges.hpp): the shape rules of per-range
+// OptimizerRanges (optex/optimizers/optimizer_ranges.hpp): the shape rules of per-range
 // hyperparameters, their state layout, that a ranged step is each range's own step on its
 // slice (bit for bit), and what a running engine may replace them with.
 #include <gmock/gmock.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of the base optimizers (optex/optimizers/*.hpp, optex/optimizer.hpp): every kind's
+// Tests of the base optimizers (optex/optimizers/*.hpp, optex/optimizers/optimizer.hpp): every kind's
 // update against an independent double-precision reference written from the PyTorch formulas
 // (Lion from its paper), per coordinate and over vectors, the state each keeps, which
 // replacements a running engine accepts, the variant's dispatch, names and checkpoint tags,
@@ -19,8 +19,8 @@
 #include <variant>
 #include <vector>
 
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_state.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 
 namespace {
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "optex/adaptive_split.hpp"
-#include "optex/plan.hpp"
-#include "optex/round_cost.hpp"
-#include "throws_with.hpp"
+#include "optex/engine/adaptive_split.hpp"
+#include "optex/planning/plan.hpp"
+#include "optex/planning/round_cost.hpp"
+#include "support/throws_with.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Tests of the shipped test problems (optex/problems.hpp): formulas, gradients,
+// Tests of the shipped test problems (optex/problems/problems.hpp): formulas, gradients,
 // minima, input validation, the Rotated and WithGradientNoise wrappers, and the
 // Ellipsoid and NoisyQuadratic quadratics.
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/problems.hpp"
+#include "optex/problems/problems.hpp"
 
 namespace {
 

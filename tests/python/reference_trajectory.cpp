@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "optex/engine.hpp"
-#include "optex/problems.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/problems/problems.hpp"
 
 namespace {
 

@@ -53,7 +53,7 @@ def test_device_rows_live_on_the_gpu() -> None:
 
 def test_parallelism_one_matches_the_cpu_bit_for_bit() -> None:
     # N = 1: one elementwise update per iteration, compiled without FMA on both
-    # sides (tests/test_cuda.cpp, test 1).
+    # sides (tests/backend/test_cuda.cpp, test 1).
     f = problems.Rosenbrock()
     x0 = f.standard_start(1000)
     cpu = optex.OptEx(x0, optimizer=optex.Adam(lr=1e-2), parallelism=1)
@@ -65,7 +65,7 @@ def test_parallelism_one_matches_the_cpu_bit_for_bit() -> None:
 
 
 def test_trajectories_match_the_cpu_closely() -> None:
-    # Tolerance as tests/test_cuda.cpp (TrajectoriesMatchTheCpu): 1e-3 relative
+    # Tolerance as tests/backend/test_cuda.cpp (TrajectoriesMatchTheCpu): 1e-3 relative
     # after 25 iterations; the reductions differ in the last bits.
     f = problems.Sphere()
     x0 = problems.uniform_start(1000, -1.0, 1.0, 3)

@@ -274,7 +274,7 @@ def test_an_outside_reference_is_reported() -> None:
 
 def test_a_missing_path_is_reported_and_placeholders_are_not() -> None:
     text = (
-        "`src/engine.cpp` and `optex/engine.hpp` exist;\n"
+        "`src/engine/engine.cpp` and `optex/engine/engine.hpp` exist;\n"
         "`src/no_such_file.cpp` does not;\n"
         "`problems/*.hpp`, `include/optex/<name>_communicator.hpp`, "
         "`bench/results/cuda-$(date +%F).md` and https://example.com/a/b.py are not files\n"

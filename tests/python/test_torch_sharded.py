@@ -21,7 +21,7 @@ STEPS = 24
 FAILING_STEP = 5  # the closure raises on rank 1 once, before this step's round
 # The largest difference between the sharded and the replicated parameters, relative
 # to their largest magnitude, over STEPS steps: the C++ ShardedEngine's tolerance
-# (tests/sharded_scenarios.hpp). The completed sums of a slice engine add the ranks'
+# (tests/sharded/sharded_scenarios.hpp). The completed sums of a slice engine add the ranks'
 # partials in rank order, the whole engine its blocks in block order, so their
 # doubles may differ in the last bits. Measured on the 2-core machine: 0 (the
 # differences have so far always rounded to the same float32 steps).

@@ -359,7 +359,7 @@ def test_a_malformed_state_kept_aside_for_a_frozen_parameter_is_refused(change, 
 
 def test_an_optimizer_state_no_step_can_be_taken_from_is_refused() -> None:
     """Needs the engine's check that a step can be taken from a loaded state
-    (optex.OptEx.from_state_arrays, src/steppable_state.cpp)."""
+    (optex.OptEx.from_state_arrays, src/engine/steppable_state.cpp)."""
     model, opt, data = trained(optimizer="adam")
     before = unchanged(opt)
     state = opt.state_dict()

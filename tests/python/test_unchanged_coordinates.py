@@ -3,7 +3,7 @@
 A commit with unchanged ranges leaves x there as it was, bit for bit, and
 everywhere else equals the same commit without them (a twin loaded from a
 checkpoint taken before the round and told the same gradients); the C++ suite
-(tests/test_unchanged_coordinates.cpp) checks the optimizer state slots too.
+(tests/engine/test_unchanged_coordinates.cpp) checks the optimizer state slots too.
 Every spelling of the ranges commits the same bytes, and every hostile one is
 refused with a ValueError naming the problem, leaving the engine exactly as an
 untouched twin.

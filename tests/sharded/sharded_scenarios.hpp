@@ -25,11 +25,11 @@
 #include <utility>
 #include <vector>
 
-#include "distributed_scenarios.hpp"
-#include "engine_equality.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/sharded_engine.hpp"
-#include "test_support.hpp"
+#include "distributed/distributed_scenarios.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/sharded/sharded_engine.hpp"
+#include "support/test_support.hpp"
 
 namespace optex::test {
 

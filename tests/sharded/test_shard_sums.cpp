@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "engine_equality.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/coordinate_shard.hpp"
-#include "optex/engine.hpp"
-#include "optex/gradient_history.hpp"
+#include "support/engine_equality.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/estimator/gradient_history.hpp"
 #include "optex/problems/noisy_quadratic.hpp"
-#include "test_support.hpp"
-#include "throws_with.hpp"
+#include "support/test_support.hpp"
+#include "support/throws_with.hpp"
 
 namespace optex::test {
 namespace {

@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "optex/in_process_communicator.hpp"
-#include "run_on_ranks.hpp"
-#include "sharded_scenarios.hpp"
-#include "throws_with.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
+#include "distributed/run_on_ranks.hpp"
+#include "sharded/sharded_scenarios.hpp"
+#include "support/throws_with.hpp"
 
 namespace optex::test {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "optex/mpi_communicator.hpp"
-#include "sharded_scenarios.hpp"
+#include "optex/distributed/mpi_communicator.hpp"
+#include "sharded/sharded_scenarios.hpp"
 
 namespace optex::test {
 namespace {

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "optex/detail/device_primitives.hpp"
+#include "optex/backend/device_primitives.hpp"
 
 namespace optex::test {
 

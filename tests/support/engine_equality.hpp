@@ -9,8 +9,8 @@
 #include <cstring>
 #include <span>
 
-#include "optex/engine.hpp"
-#include "optex/optimizer_state.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 
 namespace optex::test {
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex::test {
 

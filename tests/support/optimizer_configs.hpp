@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::test {
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "optex/options.hpp"
-#include "optex/random.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::test {
 

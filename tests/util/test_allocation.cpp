@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/detail/allocation.hpp"
-#include "optex/detail/engine_backend.hpp"
-#include "optex/gp_estimator.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/history_gram.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/util/allocation.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/estimator/history_gram.hpp"
 #include "optex/optex.hpp"
-#include "throws_with.hpp"
+#include "support/throws_with.hpp"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include "../flag_values.hpp"
-#include "optex/block_pool.hpp"
-#include "optex/device.hpp"
-#include "optex/options.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex_plan {
 namespace {

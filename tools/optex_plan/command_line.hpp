@@ -5,7 +5,7 @@
 #include <string>
 #include <variant>
 
-#include "optex/plan.hpp"
+#include "optex/planning/plan.hpp"
 
 namespace optex_plan {
 

@@ -12,8 +12,8 @@
 #include <exception>
 #include <functional>
 #include <iostream>
-#include <optex/plan.hpp>
-#include <optex/problems.hpp>
+#include <optex/planning/plan.hpp>
+#include <optex/problems/problems.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "optex/detail/host_device.hpp"
+#include "optex/backend/host_device.hpp"
 
 namespace optex::detail {
 

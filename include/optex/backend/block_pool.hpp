@@ -16,7 +16,7 @@
 #include <functional>
 #include <memory>
 
-#include "optex/thread_pool.hpp"
+#include "optex/util/thread_pool.hpp"
 
 namespace optex {
 

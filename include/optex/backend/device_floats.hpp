@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex::detail {
 

@@ -2,12 +2,12 @@
 //
 // The per-round logic (what to compute, in which order, what to stage and
 // restore, what to validate) is written once, in the device backend
-// (src/device_backend.cpp), over this interface. A device implements only
+// (src/backend/device_backend.cpp), over this interface. A device implements only
 // these primitives: the CPU with the streaming passes and Eigen
-// (src/cpu_primitives.cpp), CUDA with its kernels, cuBLAS and cuSOLVER
+// (src/backend/cpu_primitives.cpp), CUDA with its kernels, cuBLAS and cuSOLVER
 // (cuda/cuda_primitives.cpp). Tests add a deferred implementation and a
-// fault-injecting one around the CPU's (tests/deferred_primitives.hpp,
-// tests/faulty_primitives.hpp), which make a device's hazards visible without
+// fault-injecting one around the CPU's (tests/support/deferred_primitives.hpp,
+// tests/support/faulty_primitives.hpp), which make a device's hazards visible without
 // a device.
 //
 // The contract (DESIGN.md section 7):
@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/covariance.hpp"
-#include "optex/device.hpp"
-#include "optex/optimizer_ranges.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::detail {
 

@@ -1,6 +1,6 @@
 // The storage and arithmetic behind an Engine, one implementation per device.
 //
-// The Engine (src/engine.cpp) owns the algorithm's control: options, the
+// The Engine (src/engine/engine.cpp) owns the algorithm's control: options, the
 // random seeds, the lengthscale choice, the warm-up rules, which pairs are
 // finite, which point the commit steps from, and the IterationInfo. Everything
 // of size d (iterate, optimizer state, history, batch rows) lives in a backend
@@ -19,16 +19,16 @@
 #include <span>
 #include <vector>
 
-#include "optex/batch.hpp"
-#include "optex/coordinate_range.hpp"
-#include "optex/coordinate_shard.hpp"
-#include "optex/device.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/history_gram.hpp"
-#include "optex/optimizer.hpp"
-#include "optex/optimizer_ranges.hpp"
-#include "optex/optimizer_state.hpp"
-#include "optex/options.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/coordinate_range.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/estimator/history_gram.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex::detail {
 
@@ -219,7 +219,7 @@ class EngineBackend {
 };
 
 class DevicePrimitives;
-// The backend over a device's primitives (src/device_backend.cpp): the one
+// The backend over a device's primitives (src/backend/device_backend.cpp): the one
 // implementation. x0 is the shard's slice; every sum over coordinates is
 // completed through shard.sums when the slice is not the whole vector.
 std::unique_ptr<EngineBackend> make_device_backend(std::unique_ptr<DevicePrimitives> primitives,

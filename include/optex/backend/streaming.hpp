@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "optex/block_pool.hpp"
+#include "optex/backend/block_pool.hpp"
 
 namespace optex::streaming {
 

@@ -1,5 +1,5 @@
 // What the library's file operations check about a path before they touch the
-// file system (checkpoints: src/atomic_file.cpp, src/regular_file.cpp).
+// file system (checkpoints: src/checkpoint/atomic_file.cpp, src/checkpoint/regular_file.cpp).
 #pragma once
 
 #include <string>

@@ -32,7 +32,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex {
 

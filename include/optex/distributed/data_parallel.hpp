@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "optex/random.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex {
 

@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "optex/data_parallel.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/minimize.hpp"
-#include "optex/objective.hpp"
-#include "optex/startup_agreement.hpp"
-#include "optex/thread_pool.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/minimize.hpp"
+#include "optex/engine/objective.hpp"
+#include "optex/distributed/startup_agreement.hpp"
+#include "optex/util/thread_pool.hpp"
 
 namespace optex {
 

@@ -16,7 +16,7 @@
 
 #include <memory>
 
-#include "optex/communicator.hpp"
+#include "optex/distributed/communicator.hpp"
 
 namespace optex {
 

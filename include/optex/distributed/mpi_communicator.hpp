@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "optex/communicator.hpp"
+#include "optex/distributed/communicator.hpp"
 
 namespace optex {
 

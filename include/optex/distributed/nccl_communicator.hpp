@@ -25,8 +25,8 @@
 #include <span>
 #include <string_view>
 
-#include "optex/communicator.hpp"
-#include "optex/device.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex {
 

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "optex/communicator.hpp"
+#include "optex/distributed/communicator.hpp"
 
 namespace optex {
 

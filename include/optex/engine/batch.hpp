@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "optex/device.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex {
 

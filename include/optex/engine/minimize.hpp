@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "optex/engine.hpp"
-#include "optex/objective.hpp"
-#include "optex/options.hpp"
-#include "optex/thread_pool.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/objective.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/util/thread_pool.hpp"
 
 namespace optex {
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "optex/covariance.hpp"
-#include "optex/device.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/backend/device.hpp"
 
 namespace optex {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "optex/detail/host_device.hpp"
+#include "optex/backend/host_device.hpp"
 
 namespace optex {
 

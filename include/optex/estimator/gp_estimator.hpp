@@ -13,10 +13,10 @@
 #include <span>
 #include <vector>
 
-#include "optex/block_pool.hpp"
-#include "optex/covariance.hpp"
-#include "optex/gradient_history.hpp"
-#include "optex/options.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 

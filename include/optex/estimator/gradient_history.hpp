@@ -14,9 +14,9 @@
 #include <span>
 #include <vector>
 
-#include "optex/block_pool.hpp"
-#include "optex/coordinate_shard.hpp"
-#include "optex/history_gram.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "optex/estimator/history_gram.hpp"
 
 namespace optex {
 

@@ -1,14 +1,14 @@
 // The former names of the covariance functions, kept for existing code:
-// "kernel" now always means a CUDA kernel. Include optex/covariance.hpp.
+// "kernel" now always means a CUDA kernel. Include optex/estimator/covariance.hpp.
 #pragma once
 
 #include <string_view>
 
-#include "optex/covariance.hpp"
+#include "optex/estimator/covariance.hpp"
 
 namespace optex {
 
-using Kernel [[deprecated("use optex::Covariance (optex/covariance.hpp)")]] = Covariance;
+using Kernel [[deprecated("use optex::Covariance (optex/estimator/covariance.hpp)")]] = Covariance;
 
 [[deprecated("use optex::covariance_value")]] inline double kernel_value(Covariance c,
                                                                          double r) noexcept {

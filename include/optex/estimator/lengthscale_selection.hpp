@@ -12,8 +12,8 @@
 
 #include <span>
 
-#include "optex/gradient_history.hpp"
-#include "optex/options.hpp"
+#include "optex/estimator/gradient_history.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 

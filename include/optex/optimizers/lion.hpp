@@ -9,8 +9,8 @@
 #include <string_view>
 #include <tuple>
 
-#include "optex/detail/host_device.hpp"
-#include "optex/optimizer_state.hpp"
+#include "optex/backend/host_device.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/hyperparameter.hpp"
 #include "optex/optimizers/torch_arithmetic.hpp"
 

@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <variant>
 
-#include "optex/optimizer_state.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/adam.hpp"
 #include "optex/optimizers/lion.hpp"
 #include "optex/optimizers/rmsprop.hpp"

@@ -21,7 +21,7 @@
 #include <span>
 #include <vector>
 
-#include "optex/optimizer.hpp"
+#include "optex/optimizers/optimizer.hpp"
 
 namespace optex {
 

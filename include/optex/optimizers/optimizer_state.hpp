@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "optex/detail/allocation.hpp"
+#include "optex/util/allocation.hpp"
 
 namespace optex {
 

@@ -3,7 +3,7 @@
 // section 9 says how far the agreement goes).
 #pragma once
 
-#include "optex/detail/host_device.hpp"
+#include "optex/backend/host_device.hpp"
 
 namespace optex::detail {
 

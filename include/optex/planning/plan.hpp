@@ -42,8 +42,8 @@
 #include <string>
 #include <vector>
 
-#include "optex/device.hpp"
-#include "optex/round_cost.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/planning/round_cost.hpp"
 
 namespace optex {
 

@@ -30,8 +30,8 @@
 #include <memory>
 #include <vector>
 
-#include "optex/device.hpp"
-#include "optex/options.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/engine/options.hpp"
 
 namespace optex {
 

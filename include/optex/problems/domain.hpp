@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "optex/random.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::problems {
 

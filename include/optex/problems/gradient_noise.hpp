@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "optex/problems/domain.hpp"
-#include "optex/random.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::problems {
 

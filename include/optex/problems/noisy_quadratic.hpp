@@ -23,7 +23,7 @@
 
 #include "optex/problems/domain.hpp"
 #include "optex/problems/problem_base.hpp"
-#include "optex/random.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::problems {
 

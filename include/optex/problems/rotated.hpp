@@ -16,7 +16,7 @@
 #include <Eigen/Dense>
 
 #include "optex/problems/domain.hpp"
-#include "optex/random.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::problems {
 

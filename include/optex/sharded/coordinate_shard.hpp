@@ -19,7 +19,7 @@ namespace optex {
 // operation in the same order with the same sizes (a collective).
 //
 // A slice engine checks what it can of each completion before it uses it
-// (src/completed_sums.hpp, DESIGN.md section 6): squared distances and norms
+// (src/sharded/completed_sums.hpp, DESIGN.md section 6): squared distances and norms
 // not negative (and finite where every partial is), flags 0 or 1 and 0 where
 // its own is 0, a point's distance to itself 0, the same partials completed
 // to the same bits, and the values of one call consistent with each other

@@ -13,9 +13,9 @@
 #include <span>
 #include <vector>
 
-#include "optex/detail/device_floats.hpp"
-#include "optex/device.hpp"
-#include "optex/point_split.hpp"
+#include "optex/backend/device_floats.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/distributed/point_split.hpp"
 
 namespace optex {
 

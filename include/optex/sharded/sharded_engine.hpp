@@ -36,12 +36,12 @@
 #include <string_view>
 #include <vector>
 
-#include "optex/communicator.hpp"
-#include "optex/coordinate_shard.hpp"
-#include "optex/detail/device_floats.hpp"
-#include "optex/distributed_engine.hpp"
-#include "optex/engine.hpp"
-#include "optex/sharded_batch.hpp"
+#include "optex/distributed/communicator.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "optex/backend/device_floats.hpp"
+#include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/sharded/sharded_batch.hpp"
 
 namespace optex {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 
-#include "optex/iteration_info.hpp"
+#include "optex/engine/iteration_info.hpp"
 
 namespace optex {
 
