@@ -7,8 +7,13 @@ if(NOT MPI_CXX_FOUND)
     "(MPI_CXX_COMPILER=/path/to/mpicxx), or configure with -DOPTEX_WITH_MPI=OFF.")
 endif()
 
-add_library(optex_mpi src/distributed/mpi_communicator.cpp)
+add_library(optex_mpi
+  src/distributed/mpi_collectives.cpp
+  src/distributed/mpi_communicator.cpp
+  src/distributed/mpi_request_polling.cpp)
 add_library(optex::mpi ALIAS optex_mpi)
+# The private headers beside the sources (src/distributed/*.hpp), as for optex.
+target_include_directories(optex_mpi PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 target_link_libraries(optex_mpi PUBLIC optex MPI::MPI_CXX PRIVATE $<BUILD_INTERFACE:optex_warnings>)
 set_target_properties(optex_mpi PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME mpi)
 

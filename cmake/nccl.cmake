@@ -20,8 +20,14 @@ if(NOT NCCL_FOUND)
     "with -DOPTEX_WITH_NCCL=OFF.")
 endif()
 
-add_library(optex_nccl cuda/nccl_communicator.cpp)
+add_library(optex_nccl
+  cuda/nccl_collectives.cpp
+  cuda/nccl_communicator.cpp
+  cuda/nccl_polling.cpp
+  cuda/nccl_state.cpp)
 add_library(optex::nccl ALIAS optex_nccl)
+# The private headers shared with the other communicators (src/distributed/*.hpp).
+target_include_directories(optex_nccl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 target_link_libraries(optex_nccl
   PUBLIC optex
   PRIVATE CUDA::cudart NCCL::NCCL $<BUILD_INTERFACE:optex_warnings>)

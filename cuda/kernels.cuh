@@ -15,8 +15,8 @@
 #include <variant>
 #include <vector>
 
-#include "optex/estimator/covariance.hpp"
 #include "optex/backend/bf16.hpp"
+#include "optex/estimator/covariance.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::cuda {

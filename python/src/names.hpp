@@ -9,9 +9,9 @@
 #include <string_view>
 #include <utility>
 
-#include "optex/estimator/covariance.hpp"
 #include "optex/backend/device.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/estimator/covariance.hpp"
 
 namespace optex::python {
 

@@ -1,7 +1,7 @@
 #include "optex/distributed/configuration_fingerprint.hpp"
 
-#include "optex/util/random.hpp"
 #include "checkpoint/serialization.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::detail {
 namespace {

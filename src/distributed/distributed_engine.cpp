@@ -9,12 +9,12 @@
 #include <sstream>
 #include <utility>
 
-#include "optex/backend/block_pool.hpp"
-#include "optex/distributed/data_parallel.hpp"
-#include "optex/distributed/configuration_fingerprint.hpp"
-#include "optex/util/random.hpp"
-#include "optex/distributed/startup_agreement.hpp"
 #include "distributed/rank_agreement.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/distributed/configuration_fingerprint.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/distributed/startup_agreement.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "optex/distributed/distributed_engine.hpp"
 #include "distributed/rank_agreement.hpp"
+#include "optex/distributed/distributed_engine.hpp"
 
 namespace optex {
 namespace {

@@ -17,6 +17,9 @@
 // completes: the others may be reading this rank's buffers.)
 #include "optex/distributed/in_process_communicator.hpp"
 
+#include "distributed/rank_order_reduce.hpp"
+#include "distributed/seconds_text.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -87,11 +90,7 @@ namespace {
 using State = detail::InProcessState;
 using detail::Contribution;
 
-std::string seconds_text(Communicator::Seconds s) {
-  std::ostringstream out;
-  out << s.count() << " s";
-  return out.str();
-}
+using detail::seconds_text;
 
 // "rank 3" or "ranks 2, 3": the ranks whose flag is not set.
 std::string missing_ranks(const std::vector<char>& flags) {
@@ -244,17 +243,7 @@ class InProcessCommunicator final : public Communicator {
     for (int r = 1; r < size(); ++r) {
       const double* other = contributions[static_cast<std::size_t>(r)].values;
       for (std::size_t i = 0; i < result.size(); ++i) {
-        switch (op) {
-          case ReduceOp::sum:
-            result[i] += other[i];
-            break;
-          case ReduceOp::min:
-            result[i] = other[i] < result[i] ? other[i] : result[i];
-            break;
-          case ReduceOp::max:
-            result[i] = other[i] > result[i] ? other[i] : result[i];
-            break;
-        }
+        result[i] = detail::combine(result[i], other[i], op);
       }
     }
     depart(kOperation);

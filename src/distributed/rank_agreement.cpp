@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "optex/distributed/data_parallel.hpp"
-#include "optex/util/random.hpp"
 #include "optex/distributed/startup_agreement.hpp"
+#include "optex/util/random.hpp"
 
 namespace optex::detail {
 namespace {

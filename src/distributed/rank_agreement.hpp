@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "optex/distributed/communicator.hpp"
-#include "optex/engine/coordinate_range.hpp"
 #include "optex/distributed/distributed_engine.hpp"
+#include "optex/engine/coordinate_range.hpp"
 
 namespace optex::detail {
 

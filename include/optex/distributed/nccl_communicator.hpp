@@ -25,8 +25,8 @@
 #include <span>
 #include <string_view>
 
-#include "optex/distributed/communicator.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/distributed/communicator.hpp"
 
 namespace optex {
 
@@ -58,7 +58,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_gather_bytes(std::span<const std::byte> mine, std::span<std::byte> all) override;
   // Every rank gets the same bits: the values are gathered and reduced on the
-  // host in rank order, not by NCCL's reduction (see nccl_communicator.cpp).
+  // host in rank order, not by NCCL's reduction (see cuda/nccl_collectives.cpp).
   void all_reduce(std::span<double> values, ReduceOp op) override;
   void broadcast_bytes(std::span<std::byte> data, int root) override;
   void barrier() override;
