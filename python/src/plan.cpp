@@ -2,6 +2,7 @@
 // gradient time given or measured from a Python objective, and optex.Plan,
 // optex.PlanCandidate for what it returns.
 #include "optex/planning/plan.hpp"
+#include "optex/planning/spread.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -22,7 +23,6 @@
 namespace optex::python {
 namespace {
 
-constexpr int kTimedCalls = 5;
 constexpr std::uint64_t kObjectivePointSeed = 0x6f626a;  // "obj"
 
 // What the objective's first call returned, checked as optex.minimize checks
@@ -87,10 +87,10 @@ void check_objective_result(const py::object& result, std::size_t dim) {
   }
 }
 
-// The median of kTimedCalls calls of objective(x) at a random point (uniform in
+// The median of `calls` calls of objective(x) at a random point (uniform in
 // [-1, 1], fixed seed), after one untimed call whose result must pass
 // check_objective_result.
-double time_objective(const py::function& objective, std::size_t dim) {
+double time_objective(const py::function& objective, std::size_t dim, int calls) {
   py::array_t<float> x(static_cast<py::ssize_t>(dim));
   SplitMix64 rng(kObjectivePointSeed);
   float* data = x.mutable_data();
@@ -99,15 +99,14 @@ double time_objective(const py::function& objective, std::size_t dim) {
   check_objective_result(objective(x), dim);
 
   std::vector<double> times;
-  for (int i = 0; i < kTimedCalls; ++i) {
+  for (int i = 0; i < calls; ++i) {
     const auto start = std::chrono::steady_clock::now();
     objective(x);
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(times.begin(), times.end());
   // A clock that did not advance still leaves a time the planner accepts.
-  return std::max(times[times.size() / 2], 1e-9);
+  return std::max(spread_of(std::move(times)).median, 1e-9);
 }
 
 // What a timer returned, as seconds: a real number (a bool or anything else
@@ -124,8 +123,8 @@ double timer_seconds(const py::object& returned, const char* timer) {
 Plan make_plan(py::ssize_t dim, int parallelism, int history,
                std::optional<double> gradient_seconds, std::optional<py::function> objective,
                const std::string& device, int threads, double efficiency,
-               std::optional<double> gradient_noise, std::optional<py::function> round_timer,
-               std::optional<py::function> step_timer) {
+               std::optional<double> gradient_noise, int repetitions,
+               std::optional<py::function> round_timer, std::optional<py::function> step_timer) {
   if (dim < 1) throw std::invalid_argument("dim: must be >= 1, got " + std::to_string(dim));
   // Named as the argument here (the request calls it max_parallelism).
   if (parallelism < 1 || parallelism > kMaxParallelism) {
@@ -145,13 +144,14 @@ Plan make_plan(py::ssize_t dim, int parallelism, int history,
   r.threads = threads;
   r.efficiency = efficiency;
   if (gradient_noise) r.gradient_noise = *gradient_noise;
+  r.repetitions = repetitions;
   // Everything but the gradient time is checked before the objective runs.
   r.gradient_seconds = gradient_seconds.value_or(1.0);
   r.validate();
   // A measurement of this machine (a timer not given) that cannot fit in its
   // memory is refused before the objective runs or anything is allocated.
   if (!round_timer || !step_timer) check_plan_memory(r);
-  if (objective) r.gradient_seconds = time_objective(*objective, r.dim);
+  if (objective) r.gradient_seconds = time_objective(*objective, r.dim, r.repetitions);
 
   RoundTimer rounds;
   if (round_timer) {
@@ -171,6 +171,18 @@ Plan make_plan(py::ssize_t dim, int parallelism, int history,
   return plan(r, rounds, steps);
 }
 
+// A Spread as a dict: median, low_quartile, high_quartile, min, max, count.
+py::dict spread_dict(const Spread& s) {
+  py::dict d;
+  d["median"] = s.median;
+  d["low_quartile"] = s.low_quartile;
+  d["high_quartile"] = s.high_quartile;
+  d["min"] = s.min;
+  d["max"] = s.max;
+  d["count"] = s.count;
+  return d;
+}
+
 void register_candidate(py::module_& m) {
   py::class_<PlanCandidate> cls(m, "PlanCandidate", py::is_final(),
                                 R"doc(One configuration optex.plan measured (read-only).
@@ -182,14 +194,28 @@ void register_candidate(py::module_& m) {
                    "D: evaluations per point.");
   cls.def_readonly("history", &PlanCandidate::history, "T0: the history's size.");
   cls.def_readonly("overhead_seconds", &PlanCandidate::overhead_seconds,
-                   "o: a round's ask() + tell() in seconds; the plain step when P = 1.");
+                   "o, the median of its samples: a round's ask() + tell() in seconds; the plain "
+                   "step when P = 1.");
+  cls.def_property_readonly(
+      "overhead_spread", [](const PlanCandidate& c) { return spread_dict(c.overhead); },
+      "o's samples summarised: a dict of median, low_quartile, high_quartile, min, max "
+      "(seconds) and count (the repetitions). A new dict per access.");
   cls.def_readonly("round_seconds", &PlanCandidate::round_seconds, "gradient_seconds + o.");
   cls.def_readonly("steps_per_round", &PlanCandidate::steps_per_round,
                    "s = 1 + efficiency (P - 1): the sequential steps a round is worth.");
   cls.def_readonly("seconds_per_step", &PlanCandidate::seconds_per_step, "round_seconds / s.");
+  cls.def_readonly("seconds_per_step_low", &PlanCandidate::seconds_per_step_low,
+                   "(gradient_seconds + o) / s at o's low quartile.");
+  cls.def_readonly("seconds_per_step_high", &PlanCandidate::seconds_per_step_high,
+                   "(gradient_seconds + o) / s at o's high quartile.");
   cls.def_readonly("break_even_gradient_seconds", &PlanCandidate::break_even_gradient_seconds,
                    "max(0, (o - s p) / (s - 1)), p the plain step: the gradient time above "
                    "which this configuration beats the plain optimizer; nan when P = 1.");
+  cls.def_readonly("break_even_low", &PlanCandidate::break_even_low,
+                   "The break-even at o's low quartile and p's high one; nan when P = 1.");
+  cls.def_readonly("break_even_high", &PlanCandidate::break_even_high,
+                   "The break-even at o's high quartile and p's low one; nan when P = 1. OptEx is "
+                   "recommended only for a gradient time above it.");
   cls.def("__repr__", [](const PlanCandidate& c) {
     return py::str(
                "PlanCandidate(parallelism={!r}, points={!r}, evaluations_per_point={!r}, "
@@ -212,7 +238,12 @@ reason.
                    "Every configuration measured, as PlanCandidate: P = 1 first, then by T0 "
                    "(the given one first) and N. A new list per access.");
   cls.def_readonly("plain_step_seconds", &Plan::plain_step_seconds,
-                   "p: one plain optimizer step (Adam over dim floats) in seconds.");
+                   "p: one plain optimizer step (Adam over dim floats) in seconds, the median of "
+                   "its samples.");
+  cls.def_property_readonly(
+      "plain_step_spread", [](const Plan& p) { return spread_dict(p.plain_step); },
+      "p's samples summarised: a dict of median, low_quartile, high_quartile, min, max "
+      "(seconds) and count (the repetitions). A new dict per access.");
   cls.def_readonly("plain_seconds_per_step", &Plan::plain_seconds_per_step,
                    "The sequential baseline: gradient_seconds + p.");
   cls.def_property_readonly(
@@ -227,16 +258,31 @@ reason.
   cls.def_readonly("break_even_gradient_seconds", &Plan::break_even_gradient_seconds,
                    "For 'optex', the recommended configuration's break-even; otherwise the "
                    "gradient time above which the plan would recommend OptEx (inf: never).");
+  cls.def_readonly("break_even_low", &Plan::break_even_low,
+                   "For 'optex', the low end of the recommended configuration's break-even "
+                   "interval; otherwise break_even_gradient_seconds.");
+  cls.def_readonly("break_even_high", &Plan::break_even_high,
+                   "For 'optex', the high end of that interval (the gradient time lies above it); "
+                   "otherwise break_even_gradient_seconds.");
   cls.def_readonly("expected_round_seconds", &Plan::expected_round_seconds,
                    "gradient_seconds plus the recommended round's overhead.");
+  cls.def_readonly("uncertain", &Plan::uncertain,
+                   "True when the gradient time lies within the measured spread of the decision: "
+                   "the plan took the simpler choice (or the fewer workers) and says so.");
   cls.def_readonly("reason", &Plan::reason, "The numbers that decided it, in words.");
+  cls.def_readonly("assumption", &Plan::assumption,
+                   "The steps a round is assumed to advance (efficiency), and what the "
+                   "committed benchmarks measured of it.");
+  cls.def_readonly("alternatives", &Plan::alternatives,
+                   "The same-budget alternatives (N x lr, N x minibatch, parallel line search) "
+                   "the planner does not measure and cannot rank OptEx against.");
   cls.def("__str__", [](const Plan& p) { return format_plan(p); });
   cls.def("__repr__", [](const Plan& p) {
     return py::str(
                "Plan(choice={!r}, parallelism={!r}, evaluations_per_point={!r}, history={!r}, "
-               "break_even_gradient_seconds={!r}, expected_round_seconds={!r})")
+               "break_even_gradient_seconds={!r}, expected_round_seconds={!r}, uncertain={!r})")
         .format(choice_name(p.choice), p.parallelism, p.evaluations_per_point, p.history,
-                p.break_even_gradient_seconds, p.expected_round_seconds);
+                p.break_even_gradient_seconds, p.expected_round_seconds, p.uncertain);
   });
 }
 
@@ -248,12 +294,18 @@ void register_plan(py::module_& m) {
   m.def("plan", &make_plan, py::arg("dim"), py::arg("parallelism"), py::arg("history"),
         py::kw_only(), py::arg("gradient_seconds") = py::none(), py::arg("objective") = py::none(),
         py::arg("device") = "cpu", py::arg("threads") = 0, py::arg("efficiency") = 0.5,
-        py::arg("gradient_noise") = py::none(), py::arg("round_timer") = py::none(),
-        py::arg("step_timer") = py::none(),
+        py::arg("gradient_noise") = py::none(), py::arg("repetitions") = 5,
+        py::arg("round_timer") = py::none(), py::arg("step_timer") = py::none(),
         R"doc(Will OptEx pay off here? Measures a round's overhead (ask() + tell()) on this
 machine for a few N and T0 and recommends the plain optimizer, averaging (all
 N evaluations at one point) or OptEx with an N, D and T0 (DESIGN.md section 4,
-"The planner"). str() of the result is the report.
+"The planner"). Every time is measured `repetitions` times (in [3, 100]),
+round-robin over the candidates, and reported as its median and interquartile
+range; where the gradient time lies within that spread the plan keeps the
+simpler choice and sets Plan.uncertain. It measures only the overhead: it
+assumes the steps a round advances (efficiency; Plan.assumption) and cannot
+rank OptEx against N x lr, N x minibatch or a parallel line search
+(Plan.alternatives). str() of the result is the report.
 
     print(optex.plan(1_000_000, 8, 32, gradient_seconds=0.05))
 
@@ -261,12 +313,13 @@ parallelism is the most evaluations per round you can run at once; history
 the T0 you would use. Give exactly one of gradient_seconds (one gradient
 evaluation, measured by you) and objective (a callable taking a float32
 array of dim entries and returning (loss, gradient), timed here: the median
-of 5 calls at a random point after one untimed call). efficiency e in (0, 1]:
+of `repetitions` calls at a random point after one untimed call). efficiency e in (0, 1]:
 a round of P points advances like 1 + e (P - 1) sequential steps, an
 assumption to measure on your problem. gradient_noise: rho, the noise variance
 over the squared gradient norm of one evaluation (None: unknown).
 round_timer(dim, parallelism, history) and step_timer(dim), seconds of a
-round's overhead and of a plain step, replace the measurements (for tests).
+round's overhead and of a plain step, replace the measurements (for tests);
+each is called `repetitions` times per candidate.
 Raises ValueError naming the argument for a bad value (gradient_noise must be
 finite and >= 0, or None), before anything is measured or the objective is
 called; and ValueError "dim: ... is too large for this machine: a round at

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "optex/optimizers/adam.hpp"
 #include "optex/backend/block_pool.hpp"
 #include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/optimizers/adam.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_state.hpp"
-#include "optex/engine/options.hpp"
 #include "optex/util/random.hpp"
 
 namespace optex {

@@ -82,8 +82,9 @@ TEST(Plan, CandidatesAreWhatTheModelSays) {
   const std::vector<Expected> expected{{1, 32}, {2, 32}, {4, 32}, {8, 32}, {2, 16},
                                        {4, 16}, {8, 16}, {2, 8},  {4, 8},  {8, 8}};
   ASSERT_EQ(plan.candidates.size(), expected.size());
-  EXPECT_EQ(t.round_calls, 9);
-  EXPECT_EQ(t.step_calls, 1);
+  // Each time measured R = 5 times (PlanRequest::repetitions).
+  EXPECT_EQ(t.round_calls, 9 * 5);
+  EXPECT_EQ(t.step_calls, 5);
   EXPECT_DOUBLE_EQ(plan.plain_step_seconds, 2e-4);
   EXPECT_DOUBLE_EQ(plan.plain_seconds_per_step, 0.05 + 2e-4);
   for (std::size_t i = 0; i < expected.size(); ++i) {
@@ -185,6 +186,10 @@ TEST(Plan, CutsTheHistoryWhenItsOverheadExceedsTenPercentOfTheGradient) {
   ASSERT_EQ(plan.choice, Plan::Choice::optex);
   EXPECT_EQ(plan.history, 8);
   EXPECT_NE(plan.reason.find("T0 = 8 instead of 32"), std::string::npos) << plan.reason;
+  // It does not pretend T0 = 8 fits, and names what the cut assumes.
+  EXPECT_NE(plan.reason.find("no T0 tried keeps it within that"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("assumes a shorter history advances as many steps"), std::string::npos)
+      << plan.reason;
 }
 
 TEST(Plan, HighNoiseRecommendsAveragingOverEveryEvaluation) {
@@ -248,7 +253,14 @@ TEST(Plan, OneWorkerIsSequential) {
   EXPECT_EQ(plan.parallelism, 1);
   EXPECT_EQ(t.round_calls, 0);
   EXPECT_TRUE(std::isinf(plan.break_even_gradient_seconds));
-  EXPECT_NE(optex::format_plan(plan).find("never"), std::string::npos);
+  const std::string report = optex::format_plan(plan);
+  EXPECT_NE(report.find("OptEx is recommended at no gradient time"), std::string::npos) << report;
+  EXPECT_NE(report.find("the plain optimizer (N = 1)"), std::string::npos) << report;
+  EXPECT_NE(plan.assumption.find("N = 1 is the plain optimizer"), std::string::npos)
+      << plan.assumption;
+  EXPECT_NE(plan.alternatives.find("N = 1 is the plain optimizer"), std::string::npos)
+      << plan.alternatives;
+  EXPECT_EQ(report.find("extra steps per round save"), std::string::npos) << report;
 }
 
 TEST(Plan, BadRequestsAreRefusedBeforeAnyTimerRuns) {
@@ -274,6 +286,10 @@ TEST(Plan, BadRequestsAreRefusedBeforeAnyTimerRuns) {
       {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -0.1; }},
       {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = -kInf; }},
       {"gradient_noise", [](PlanRequest& r) { r.gradient_noise = kInf; }},
+      {"repetitions", [](PlanRequest& r) { r.repetitions = 0; }},
+      {"repetitions", [](PlanRequest& r) { r.repetitions = 2; }},
+      {"repetitions", [](PlanRequest& r) { r.repetitions = -5; }},
+      {"repetitions", [](PlanRequest& r) { r.repetitions = 101; }},
   };
   for (const Case& c : cases) {
     FakeTimers t{.a = 1e-3};
@@ -332,6 +348,201 @@ TEST(Plan, ATimerThatReturnsNonsenseIsRefused) {
             r, [](const RoundShape&) { return 1e-3; }, [](std::size_t) { return -1.0; });
       },
       {"step_seconds"}));
+}
+
+// The statistics every measured time is reported with, against hand-computed
+// quartiles (linear interpolation at q (n - 1)).
+TEST(Spread, MedianAndQuartilesOfAnOddCount) {
+  const optex::Spread s = optex::spread_of({5, 1, 4, 2, 3});
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.low_quartile, 2);
+  EXPECT_DOUBLE_EQ(s.high_quartile, 4);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 5);
+  EXPECT_EQ(s.count, 5);
+  EXPECT_DOUBLE_EQ(s.interquartile_range(), 2);
+  // An outlier moves neither the median nor the quartiles.
+  const optex::Spread busy = optex::spread_of({1, 2, 3, 4, 100});
+  EXPECT_DOUBLE_EQ(busy.median, 3);
+  EXPECT_DOUBLE_EQ(busy.high_quartile, 4);
+  EXPECT_DOUBLE_EQ(busy.max, 100);
+}
+
+TEST(Spread, MedianAndQuartilesOfAnEvenCountInterpolate) {
+  // Positions 0.75, 1.5 and 2.25 of {1, 2, 3, 4}.
+  const optex::Spread s = optex::spread_of({4, 3, 2, 1});
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.low_quartile, 1.75);
+  EXPECT_DOUBLE_EQ(s.high_quartile, 3.25);
+  const optex::Spread one = optex::spread_of({7});
+  EXPECT_DOUBLE_EQ(one.low_quartile, 7);
+  EXPECT_DOUBLE_EQ(one.high_quartile, 7);
+  EXPECT_EQ(one.count, 1);
+  EXPECT_TRUE(ThrowsWith<std::invalid_argument>([] { optex::spread_of({}); }, {"samples"}));
+}
+
+// The decision rule on synthetic measurements (recommend_plan): no timing.
+optex::Spread around(double median, double half_width) {
+  return {.median = median,
+          .low_quartile = median - half_width,
+          .high_quartile = median + half_width,
+          .min = median - 2 * half_width,
+          .max = median + 2 * half_width,
+          .count = 5};
+}
+
+// N <= 2, e = 0.5 (s = 1.5), a free plain step: break-even = o / 0.5 = 2 o.
+Plan one_candidate(double gradient_seconds, const optex::Spread& overhead) {
+  PlanRequest r = request(gradient_seconds, 2, 32);
+  return optex::recommend_plan(r, {{.parallelism = 2, .history = 32, .overhead = overhead}},
+                               optex::Spread::exactly(0.0));
+}
+
+TEST(PlanDecision, AGradientInsideTheBreakEvenIntervalIsUncertainAndKeepsThePlainOptimizer) {
+  // o = 10 ms, IQR [8, 12] ms: break-even 20 ms, interval [16, 24] ms.
+  const optex::Spread o = around(10e-3, 2e-3);
+  for (double g : {22e-3, 18e-3}) {  // above and below the median break-even
+    SCOPED_TRACE(g);
+    const Plan plan = one_candidate(g, o);
+    EXPECT_EQ(plan.choice, Plan::Choice::sequential) << optex::format_plan(plan);
+    EXPECT_TRUE(plan.uncertain);
+    EXPECT_EQ(plan.parallelism, 1);
+    const optex::PlanCandidate& c = plan.candidates[1];
+    EXPECT_NEAR(c.break_even_gradient_seconds, 20e-3, 1e-12);
+    EXPECT_NEAR(c.break_even_low, 16e-3, 1e-12);
+    EXPECT_NEAR(c.break_even_high, 24e-3, 1e-12);
+    // OptEx is recommended only above the whole interval.
+    EXPECT_NEAR(plan.break_even_gradient_seconds, 24e-3, 1e-12);
+    const std::string report = optex::format_plan(plan);
+    EXPECT_NE(report.find("(uncertain: within the measured spread)"), std::string::npos) << report;
+  }
+}
+
+TEST(PlanDecision, AGradientOutsideTheIntervalIsAConfidentChoice) {
+  const optex::Spread o = around(10e-3, 2e-3);
+  Plan plan = one_candidate(30e-3, o);
+  EXPECT_EQ(plan.choice, Plan::Choice::optex);
+  EXPECT_FALSE(plan.uncertain);
+  EXPECT_NEAR(plan.break_even_low, 16e-3, 1e-12);
+  EXPECT_NEAR(plan.break_even_high, 24e-3, 1e-12);
+  EXPECT_EQ(optex::format_plan(plan).find("uncertain"), std::string::npos);
+  plan = one_candidate(10e-3, o);
+  EXPECT_EQ(plan.choice, Plan::Choice::sequential);
+  EXPECT_FALSE(plan.uncertain);
+  EXPECT_EQ(optex::format_plan(plan).find("uncertain"), std::string::npos);
+}
+
+TEST(PlanDecision, TwoRunsWhoseMediansStraddleTheGradientButWhoseIntervalsOverlapAgree) {
+  // Run A's median break-even (20 ms) is below the gradient, run B's (22 ms)
+  // above: on medians alone they would flip. Their intervals overlap.
+  const double g = 21e-3;
+  const Plan a = one_candidate(g, around(10e-3, 2e-3));
+  const Plan b = one_candidate(g, around(11e-3, 2e-3));
+  ASSERT_LT(a.candidates[1].break_even_gradient_seconds, g);
+  ASSERT_GT(b.candidates[1].break_even_gradient_seconds, g);
+  EXPECT_EQ(a.choice, Plan::Choice::sequential);
+  EXPECT_EQ(b.choice, Plan::Choice::sequential);
+  EXPECT_TRUE(a.uncertain && b.uncertain);
+}
+
+// N <= 4, e = 1 (s = 2 and 4), a free plain step, g = 100 ms.
+Plan two_candidates(const optex::Spread& overhead_n2, const optex::Spread& overhead_n4) {
+  PlanRequest r = request(0.1, 4, 32);
+  r.efficiency = 1.0;
+  return optex::recommend_plan(r,
+                               {{.parallelism = 2, .history = 32, .overhead = overhead_n2},
+                                {.parallelism = 4, .history = 32, .overhead = overhead_n4}},
+                               optex::Spread::exactly(0.0));
+}
+
+TEST(PlanDecision, OverlappingTimesPerStepTakeTheFewerWorkers) {
+  // N = 2: (100 + [9, 11]) / 2 = [54.5, 55.5] ms per step; N = 4: (100 +
+  // [90, 130]) / 4 = [47.5, 57.5] ms, faster at the medians (52.5 ms).
+  Plan plan = two_candidates(around(10e-3, 1e-3), around(110e-3, 20e-3));
+  ASSERT_EQ(plan.choice, Plan::Choice::optex) << optex::format_plan(plan);
+  EXPECT_EQ(plan.parallelism, 2);
+  EXPECT_TRUE(plan.uncertain);
+  EXPECT_NE(plan.reason.find("takes the fewer workers"), std::string::npos) << plan.reason;
+  EXPECT_NEAR(plan.candidates[2].seconds_per_step_low, 47.5e-3, 1e-12);
+  EXPECT_NEAR(plan.candidates[2].seconds_per_step_high, 57.5e-3, 1e-12);
+  // Separated: N = 4 at (100 + [58, 62]) / 4 = [39.5, 40.5] ms is surely faster.
+  plan = two_candidates(around(10e-3, 1e-3), around(60e-3, 2e-3));
+  ASSERT_EQ(plan.choice, Plan::Choice::optex);
+  EXPECT_EQ(plan.parallelism, 4);
+  EXPECT_FALSE(plan.uncertain);
+}
+
+TEST(PlanDecision, BadMeasurementsAreRefusedNamingThem) {
+  const PlanRequest r = request(0.05, 4, 32);
+  const optex::Spread p = optex::Spread::exactly(1e-4);
+  const auto refuses = [&](const optex::MeasuredRound& m, const optex::Spread& step,
+                           const char* needle) {
+    return ThrowsWith<std::invalid_argument>([&] { optex::recommend_plan(r, {m}, step); },
+                                             {needle});
+  };
+  const optex::Spread o = around(1e-3, 1e-4);
+  EXPECT_TRUE(refuses({.parallelism = 1, .history = 32, .overhead = o}, p, "rounds"));  // P = 1
+  EXPECT_TRUE(refuses({.parallelism = 8, .history = 32, .overhead = o}, p, "rounds"));
+  EXPECT_TRUE(refuses({.parallelism = 2, .history = 64, .overhead = o}, p, "rounds"));
+  optex::Spread bad = o;
+  bad.median = kNaN;
+  EXPECT_TRUE(refuses({.parallelism = 2, .history = 32, .overhead = bad}, p, "round_seconds"));
+  bad = o;
+  bad.low_quartile = 2e-3;  // above the median
+  EXPECT_TRUE(refuses({.parallelism = 2, .history = 32, .overhead = bad}, p, "round_seconds"));
+  EXPECT_TRUE(refuses({.parallelism = 2, .history = 32, .overhead = o},
+                      optex::Spread::exactly(-1.0), "plain_step"));
+}
+
+// plan() measures every time R times, round-robin: each repetition times the
+// plain step, then every candidate once.
+TEST(PlanDecision, PlanMeasuresRoundRobinAndSummarisesEachCandidate) {
+  PlanRequest r = request(0.05, 4, 8);  // N = 2, 4 at T0 = 8, 4
+  r.repetitions = 5;
+  std::vector<std::string> log;
+  int repetition = -1;
+  const double samples[] = {3e-3, 1e-3, 2e-3, 5e-3, 4e-3};  // one per repetition
+  const Plan plan = optex::plan(
+      r,
+      [&](const RoundShape& s) {
+        log.push_back(std::to_string(s.parallelism) + "/" + std::to_string(s.history));
+        return samples[repetition] * s.parallelism;
+      },
+      [&](std::size_t) {
+        log.push_back("step");
+        ++repetition;
+        return samples[repetition] / 10;
+      });
+  std::vector<std::string> expected;
+  for (int i = 0; i < 5; ++i) expected.insert(expected.end(), {"step", "2/8", "4/8", "2/4", "4/4"});
+  EXPECT_EQ(log, expected);
+  ASSERT_EQ(plan.candidates.size(), 5u);
+  const optex::PlanCandidate& c = plan.candidates[2];  // N = 4, T0 = 8
+  EXPECT_EQ(c.overhead.count, 5);
+  EXPECT_DOUBLE_EQ(c.overhead_seconds, 12e-3);
+  EXPECT_DOUBLE_EQ(c.overhead.low_quartile, 8e-3);
+  EXPECT_DOUBLE_EQ(c.overhead.high_quartile, 16e-3);
+  EXPECT_DOUBLE_EQ(c.overhead.min, 4e-3);
+  EXPECT_DOUBLE_EQ(c.overhead.max, 20e-3);
+  EXPECT_DOUBLE_EQ(plan.plain_step_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(plan.plain_step.low_quartile, 2e-4);
+  EXPECT_DOUBLE_EQ(plan.plain_step.high_quartile, 4e-4);
+  const std::string report = optex::format_plan(plan);
+  EXPECT_NE(report.find("every time measured 5 times"), std::string::npos) << report;
+  EXPECT_NE(report.find("[8, 16] ms"), std::string::npos) << report;
+}
+
+TEST(PlanReport, NamesTheSameBudgetAlternativesAndTheStepsAssumption) {
+  FakeTimers t{.a = 1e-3, .b = 1e-10};
+  const Plan plan = run(request(0.05), t);
+  const std::string report = optex::format_plan(plan);
+  for (const char* needle :
+       {"Same budget: ", "N x lr", "N x minibatch", "parallel line search", "vanilla_nlr",
+        "data_parallel", "line_search", "cannot rank OptEx against them", "docs/RESULTS.md",
+        "Assumption: a round of P points advances 1 + e (P - 1) sequential steps, e = 0.5",
+        "e was 0.5 on median (IQR 0.41 to 0.67)", "on one worker"}) {
+    EXPECT_NE(report.find(needle), std::string::npos) << needle << "\n" << report;
+  }
 }
 
 TEST(RoundCost, RoundBytesFollowTheDocumentedModel) {

@@ -49,7 +49,8 @@ def test_the_candidates_follow_the_model() -> None:
     plan = timers.plan(0.05, efficiency=0.25)
     assert [(c.parallelism, c.history) for c in plan.candidates] == [
         (1, 32), (2, 32), (4, 32), (8, 32), (2, 16), (4, 16), (8, 16), (2, 8), (4, 8), (8, 8)]
-    assert timers.round_calls == 9 and timers.step_calls == 1
+    # Every time measured repetitions = 5 times.
+    assert timers.round_calls == 9 * 5 and timers.step_calls == 5
     assert plan.plain_step_seconds == 2e-4
     assert plan.plain_seconds_per_step == pytest.approx(0.05 + 2e-4)
     for c in plan.candidates:
@@ -142,6 +143,11 @@ def test_the_default_timers_measure_this_machine() -> None:
         (dict(gradient_seconds=1.0, parallelism=70000), "^parallelism: must be in"),
         (dict(gradient_seconds=1.0, history=0), "history"),
         (dict(gradient_seconds=1.0, history=5000), "history"),
+        (dict(gradient_seconds=1.0, repetitions=0), "^repetitions: must be in \\[3, 100\\]"),
+        (dict(gradient_seconds=1.0, repetitions=2), "^repetitions: must be in \\[3, 100\\]"),
+        (dict(gradient_seconds=1.0, repetitions=-1), "^repetitions: must be in \\[3, 100\\]"),
+        (dict(gradient_seconds=1.0, repetitions=101), "^repetitions: must be in \\[3, 100\\]"),
+        (dict(objective=None, repetitions=0), "^repetitions"),  # before the objective runs
     ],
 )
 def test_bad_arguments_are_refused_before_anything_runs(kwargs: dict, field: str) -> None:
@@ -268,3 +274,67 @@ def test_an_objective_may_return_float64_arrays_lists_and_numpy_losses() -> None
                    lambda x: (np.array(2.0), tuple(float(v) for v in x))):
         plan = optex.plan(10, 2, 4, objective=result, round_timer=timers.round, step_timer=timers.step)
         assert math.isfinite(plan.expected_round_seconds)
+
+
+@pytest.mark.parametrize("repetitions", [math.nan, 4.5, "five", 10**30])
+def test_repetitions_that_are_not_an_int_are_refused(repetitions) -> None:
+    timers = FakeTimers(a=1e-3)
+    with pytest.raises(TypeError):
+        optex.plan(100, 4, 8, gradient_seconds=1.0, repetitions=repetitions,
+                   round_timer=timers.round, step_timer=timers.step)
+    assert timers.round_calls == timers.step_calls == 0
+
+
+class NoisyTimers(FakeTimers):
+    """Each repetition scales the times by the next of `factors`."""
+
+    def __init__(self, factors: list[float], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.factors = factors
+        self.repetition = -1
+
+    def step(self, dim: int) -> float:
+        self.repetition += 1  # plan() times the plain step first in each repetition
+        return super().step(dim) * self.factors[self.repetition]
+
+    def round(self, dim: int, parallelism: int, history: int) -> float:
+        return super().round(dim, parallelism, history) * self.factors[self.repetition]
+
+
+def test_every_time_is_reported_with_its_median_and_quartiles() -> None:
+    timers = NoisyTimers([3, 1, 2, 5, 4], a=1e-3, p=1e-4)
+    plan = timers.plan(1.0, parallelism=2, history=8, repetitions=5)
+    assert plan.plain_step_spread == pytest.approx(dict(
+        median=3e-4, low_quartile=2e-4, high_quartile=4e-4, min=1e-4, max=5e-4, count=5))
+    c = plan.candidates[1]
+    assert c.overhead_spread == pytest.approx(dict(
+        median=3e-3, low_quartile=2e-3, high_quartile=4e-3, min=1e-3, max=5e-3, count=5))
+    assert c.overhead_seconds == pytest.approx(3e-3)
+    assert c.break_even_low <= c.break_even_gradient_seconds <= c.break_even_high
+    assert c.seconds_per_step_low <= c.seconds_per_step <= c.seconds_per_step_high
+    assert "every time measured 5 times" in str(plan)
+
+
+def test_a_gradient_within_the_break_even_spread_is_uncertain_and_keeps_the_plain_optimizer() -> None:
+    # N = 2, e = 0.5, a free plain step: break-even 2 o; o in 8, 10, 12 ms has IQR [9, 11] ms.
+    timers = NoisyTimers([1.0, 0.8, 1.2], a=10e-3, p=0.0)
+    plan = timers.plan(22e-3, parallelism=2, history=32, repetitions=3)
+    c = plan.candidates[1]
+    assert c.break_even_gradient_seconds == pytest.approx(20e-3)
+    assert (c.break_even_low, c.break_even_high) == pytest.approx((18e-3, 22e-3))
+    # 22 ms is at the interval's top: not above it.
+    assert plan.choice == "sequential" and plan.uncertain
+    assert "(uncertain: within the measured spread)" in str(plan)
+    timers = NoisyTimers([1.0, 0.8, 1.2], a=10e-3, p=0.0)
+    plan = timers.plan(30e-3, parallelism=2, history=32, repetitions=3)
+    assert plan.choice == "optex" and not plan.uncertain
+    assert (plan.break_even_low, plan.break_even_high) == pytest.approx((18e-3, 22e-3))
+
+
+def test_the_report_names_the_same_budget_alternatives_and_its_assumption() -> None:
+    plan = FakeTimers(a=1e-3).plan(0.05)
+    for needle in ("N x lr", "N x minibatch", "parallel line search", "cannot rank OptEx"):
+        assert needle in plan.alternatives and needle in str(plan)
+    assert "e = 0.5" in plan.assumption and "e was 0.5 on median" in plan.assumption
+    one = FakeTimers(a=1e-3).plan(0.05, parallelism=1)
+    assert one.choice == "sequential" and "N = 1 is the plain optimizer" in one.alternatives

@@ -69,7 +69,7 @@ void check_memory(const optex::PlanRequest& r) {
 
 struct RawFlags {
   std::string dim, parallelism = "4", history = "32", device = "cpu", threads = "0",
-                   efficiency = "0.5", gradient_noise, gradient_seconds, problem;
+                   efficiency = "0.5", gradient_noise, gradient_seconds, problem, repetitions = "5";
 };
 
 CommandLine resolve(const CLI::App& app, const RawFlags& raw) {
@@ -86,6 +86,8 @@ CommandLine resolve(const CLI::App& app, const RawFlags& raw) {
       static_cast<int>(parse_integer("--parallelism", raw.parallelism, 1, optex::kMaxParallelism));
   r.history = static_cast<int>(parse_integer("--history", raw.history, 1, optex::kMaxHistory));
   r.threads = static_cast<int>(parse_integer("--threads", raw.threads, 0, optex::kMaxThreads));
+  r.repetitions = static_cast<int>(parse_integer("--repetitions", raw.repetitions,
+                                                 optex::kMinRepetitions, optex::kMaxRepetitions));
   r.efficiency = parse_real("--efficiency", raw.efficiency);
   if (!(r.efficiency > 0.0 && r.efficiency <= 1.0)) {
     reject("--efficiency", raw.efficiency, "must be in (0, 1]");
@@ -126,35 +128,62 @@ std::string problem_names() {
 
 std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   CLI::App app{
-      "optex-plan: will OptEx pay off here? Measures a round's overhead (ask() + tell()) on "
-      "this machine for a few N and T0, and recommends the plain optimizer, averaging or "
-      "OptEx for a gradient of the given cost (DESIGN.md section 4, \"The planner\")",
+      "optex-plan: will OptEx pay off on this machine? For a problem of dimension --dim and "
+      "a gradient evaluation of the given cost (--gradient-seconds, or --problem to time a "
+      "shipped one), it measures a round's overhead (ask() + tell()) for a few N up to "
+      "--parallelism and T0 up to --history, and one plain optimizer step, each "
+      "--repetitions times round-robin, and prints every candidate's median and interquartile "
+      "range, its break-even gradient time and a recommendation: the plain optimizer, "
+      "averaging (N x minibatch) or OptEx with N, D and T0. Where the gradient time lies "
+      "within the measured spread it says \"uncertain\" and keeps the simpler choice. It "
+      "measures only the overhead: it assumes how many steps a round advances (--efficiency) "
+      "and cannot rank OptEx against the other uses of N workers (N x lr, N x minibatch, "
+      "parallel line search; see docs/RESULTS.md). Nothing is measured for --help or a bad "
+      "flag (exit status 2). DESIGN.md section 4, \"The planner\".",
       "optex-plan"};
   app.footer(
       "\nThe model: a round of P = N / D points advances 1 + e (P - 1) sequential steps and "
       "takes gradient + overhead; the plain optimizer takes gradient + one plain step per "
       "step. e (--efficiency) is an assumption: measure it on your problem (sequential "
-      "iterations to a loss against OptEx rounds to it).\n");
+      "iterations to a loss against OptEx rounds to it); on the committed benchmarks it was "
+      "0.5 on median.\n");
   RawFlags raw;
   app.add_option("--dim", raw.dim, "dimension d")->type_name("INT")->required();
-  app.add_option("--parallelism", raw.parallelism, "the most evaluations per round, N (4)")
-      ->type_name("INT");
-  app.add_option("--history", raw.history, "T0, the history you would run with (32)")
-      ->type_name("INT");
-  app.add_option("--device", raw.device, "cpu, cuda or cuda:<index> (cpu)")->type_name("DEVICE");
-  app.add_option("--threads", raw.threads, "Options::threads; 0: every core (0)")->type_name("INT");
+  app.add_option("--parallelism", raw.parallelism, "the most evaluations per round, N")
+      ->type_name("INT")
+      ->capture_default_str();
+  app.add_option("--history", raw.history, "T0, the history you would run with")
+      ->type_name("INT")
+      ->capture_default_str();
+  app.add_option("--device", raw.device, "cpu, cuda or cuda:<index>")
+      ->type_name("DEVICE")
+      ->capture_default_str();
+  app.add_option("--threads", raw.threads, "Options::threads; 0: every core")
+      ->type_name("INT")
+      ->capture_default_str();
   app.add_option("--efficiency", raw.efficiency,
-                 "e in (0, 1]: a round of P points advances 1 + e (P - 1) steps (0.5)")
-      ->type_name("FLOAT");
+                 "e in (0, 1]: a round of P points advances 1 + e (P - 1) steps (assumed)")
+      ->type_name("FLOAT")
+      ->capture_default_str();
   app.add_option("--gradient-noise", raw.gradient_noise,
-                 "rho = noise variance / squared gradient norm of one evaluation (unknown)")
-      ->type_name("FLOAT");
+                 "rho = noise variance / squared gradient norm of one evaluation")
+      ->type_name("FLOAT")
+      ->default_str("unknown");
+  app.add_option("--repetitions", raw.repetitions,
+                 "R in [" + std::to_string(optex::kMinRepetitions) + ", " +
+                     std::to_string(optex::kMaxRepetitions) +
+                     "]: times every quantity is measured; the median and quartiles are "
+                     "reported")
+      ->type_name("INT")
+      ->capture_default_str();
   app.add_option("--gradient-seconds", raw.gradient_seconds,
                  "seconds of one gradient evaluation, measured by you")
-      ->type_name("FLOAT");
+      ->type_name("FLOAT")
+      ->default_str("none");
   app.add_option("--problem", raw.problem,
                  "or time one of the shipped problems at --dim: " + problem_names())
-      ->type_name("NAME");
+      ->type_name("NAME")
+      ->default_str("none");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

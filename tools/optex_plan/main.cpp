@@ -1,5 +1,7 @@
 // optex-plan: will OptEx pay off on this machine? It measures a round's
-// overhead for a few N and T0 and prints optex::format_plan (plan.hpp).
+// overhead for a few N and T0, each --repetitions times, and prints
+// optex::format_plan (plan.hpp): medians, spreads and a recommendation that
+// says when it is uncertain.
 //
 //   optex-plan --dim 1000000 --parallelism 8 --history 32 --gradient-seconds 0.05
 //   optex-plan --dim 100000 --parallelism 4 --problem rastrigin
@@ -13,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <optex/planning/plan.hpp>
+#include <optex/planning/spread.hpp>
 #include <optex/problems/problems.hpp>
 #include <span>
 #include <stdexcept>
@@ -27,8 +30,6 @@ namespace {
 namespace pr = optex::problems;
 
 using Gradient = std::function<double(std::span<const float>, std::span<float>)>;
-
-constexpr int kTimedCalls = 5;
 
 // The problem's gradient and its standard start at d (the problem may refuse d).
 template <class P>
@@ -51,20 +52,19 @@ std::pair<Gradient, std::vector<float>> make_problem(const std::string& name, st
   throw std::invalid_argument("--problem: unknown problem '" + name + "'");
 }
 
-// The median of kTimedCalls gradient evaluations at the standard start, after one untimed.
-double time_gradient(const Gradient& gradient, std::span<const float> x) {
+// `calls` gradient evaluations at the standard start, after one untimed.
+optex::Spread time_gradient(const Gradient& gradient, std::span<const float> x, int calls) {
   std::vector<float> g(x.size());
   volatile double sink = gradient(x, g);
   std::vector<double> times;
-  for (int i = 0; i < kTimedCalls; ++i) {
+  for (int i = 0; i < calls; ++i) {
     const auto start = std::chrono::steady_clock::now();
     sink = gradient(x, g);
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   (void)sink;
-  std::sort(times.begin(), times.end());
-  return std::max(times[times.size() / 2], 1e-9);
+  return optex::spread_of(std::move(times));
 }
 
 }  // namespace
@@ -86,10 +86,14 @@ int main(int argc, char** argv) {
   }
   try {
     if (!cl.problem.empty()) {
-      cl.request.gradient_seconds = time_gradient(problem.first, problem.second);
+      const optex::Spread gradient =
+          time_gradient(problem.first, problem.second, cl.request.repetitions);
       problem = {};
-      std::printf("gradient of %s at d = %zu: %.6g s (median of %d calls)\n", cl.problem.c_str(),
-                  cl.request.dim, cl.request.gradient_seconds, kTimedCalls);
+      // A clock that did not advance still leaves a time the planner accepts.
+      cl.request.gradient_seconds = std::max(gradient.median, 1e-9);
+      std::printf("gradient of %s at d = %zu: %.6g s, IQR [%.6g, %.6g] s (%d calls)\n",
+                  cl.problem.c_str(), cl.request.dim, cl.request.gradient_seconds,
+                  gradient.low_quartile, gradient.high_quartile, gradient.count);
     }
     const optex::Plan plan = optex::plan(cl.request);
     std::cout << optex::format_plan(plan);
