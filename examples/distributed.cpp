@@ -26,9 +26,9 @@
 #include <memory>
 #include <optex/distributed/distributed_minimize.hpp>
 #include <optex/distributed/mpi_communicator.hpp>
+#include <optex/distributed/startup_agreement.hpp>
 #include <optex/problems/problems.hpp>
 #include <optex/sharded/sharded_engine.hpp>
-#include <optex/distributed/startup_agreement.hpp>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -72,7 +72,17 @@ double run_sharded(const NoisyRosenbrock& f, std::span<const float> x0, double l
 }
 
 int run(int argc, char** argv, optex::MpiCommunicator& world) {
-  CLI::App app{"OptEx across MPI ranks (or GPUs with NCCL)"};
+  CLI::App app{
+      "optex_distributed: OptEx across processes, launched with mpirun: one MPI rank per "
+      "worker (or per GPU with --backend nccl). It minimizes Rosenbrock with seeded "
+      "minibatch noise for --iterations rounds, N points per round evaluated by groups of "
+      "--data-parallel ranks, printing the loss every 10 rounds and the final loss. Every rank "
+      "must get the same flags: the ranks agree on them before running, so a bad flag or "
+      "--help on one rank ends every rank at once.\n",
+      "optex_distributed"};
+  app.footer("\n--flag TYPE=VALUE: VALUE is the default; --shard-state is off by default.\n");
+  // Every option shows its default in the help ("--dim UINT=1000").
+  app.option_defaults()->always_capture_default();
   std::size_t dim = 1000;
   int parallelism = 0;
   int data_parallel = 1;
@@ -84,7 +94,7 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   bool shard_state = false;
   app.add_option("--dim", dim, "dimension of the problem (>= 1)");
   app.add_option("--parallelism", parallelism,
-                 "N: points per iteration, in [1, 65536] (default: one per group of ranks)")
+                 "N: points per iteration, in [1, 65536]; 0 (the default): one per group of ranks")
       ->check(CLI::Range(1, optex::kMaxParallelism));
   app.add_option("--data-parallel", data_parallel,
                  "D: ranks per group averaging their minibatch gradients")
@@ -94,7 +104,7 @@ int run(int argc, char** argv, optex::MpiCommunicator& world) {
   app.add_option("--sigma", sigma, "gradient noise per coordinate")->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", timeout,
                  "seconds a rank waits for the others in a collective before the run aborts "
-                 "(positive, finite; default 600)");
+                 "(positive, finite)");
   app.add_option("--backend", backend, "mpi (host rows) or nccl (device rows, one GPU per rank)")
       ->check(CLI::IsMember({"mpi", "nccl"}));
   app.add_flag("--shard-state", shard_state,

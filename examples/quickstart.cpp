@@ -1,8 +1,24 @@
 // The README's C++ quickstart (kept identical to it; a test builds the README's copy).
 #include <cstdio>
+#include <cstring>
 #include <optex/optex.hpp>
 
-int main() {
+// It takes no flags: --help says what it does, anything else is refused (exit 2).
+constexpr const char* kHelp =
+    "optex_quickstart: minimizes the 20-dimensional Rosenbrock function with OptEx\n"
+    "(N = 4 points per round on 4 threads, Adam lr 0.02) until the loss is below 1e-3\n"
+    "or 3000 rounds have passed, and prints the loss, rounds and gradient evaluations.\n"
+    "No flags: those defaults are fixed in examples/quickstart.cpp.\n";
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const bool help =
+        argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+    if (!help) std::fprintf(stderr, "optex_quickstart: unknown argument '%s'\n", argv[1]);
+    std::fputs(kHelp, help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
+
   optex::problems::Rosenbrock f;
   std::vector<float> x0 = f.standard_start(20);
 

@@ -23,15 +23,7 @@ jobs=$(nproc)
 echo "== clang-format"
 git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' | xargs -r clang-format --dry-run --Werror
 
-# The CUDA backend is compiled and linked wherever nvcc is (its tests skip
-# without a GPU, and fail instead with OPTEX_REQUIRE_GPU=1).
-cuda=(-DOPTEX_WITH_CUDA=OFF)
-nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
-if [ -n "$nvcc" ]; then
-  cuda=(-DOPTEX_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc")
-else
-  echo "note: no nvcc found, the CUDA backend is not built"
-fi
+source scripts/cuda_args.sh  # the CUDA backend wherever nvcc is
 
 echo "== Release, warnings as errors"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPTEX_WARNINGS_AS_ERRORS=ON "${cuda[@]}" >/dev/null

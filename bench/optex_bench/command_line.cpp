@@ -147,11 +147,13 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
       "shipped test problems, over seeds",
       "optex-bench"};
   app.footer(footer());
+  // Every flag shows its default in the help; the preset supplies the rest (see below).
+  app.option_defaults()->always_capture_default();
   RawFlags raw;
   CommandLine cl;
   app.add_option("--preset", raw.preset,
-                 "default, paper, scaling, ablation, suite, illcond, noisy_quadratic, "
-                 "lr_transfer or ci")
+                 "the default of every flag not given: default, paper, scaling, ablation, "
+                 "suite, illcond, noisy_quadratic, lr_transfer or ci")
       ->type_name("NAME");
   app.add_option("--problem", raw.problems,
                  "problems, comma-separated: sphere, rosenbrock, ackley, rastrigin, levy, "
@@ -198,7 +200,7 @@ std::variant<CommandLine, int> parse_command_line(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a flag refused by CLI11: 2, as below
   }
   try {
     cl.settings = resolve(app, raw);
