@@ -1,9 +1,23 @@
-"""The README's Python examples run as written: every ```python block of its
-"## Python quickstart" section, in order, each as a script of its own; every
-```python block of its "## On a cluster" section, each as a script run by a
-Python process of its own (Dask and Ray started locally, as the blocks do); and
-the lines that its "## PyTorch" section shows of examples/torch_digits.py are the
-example's, which reaches its target in its quick mode and prints its table."""
+"""Every ```python block of README.md and of the user guide (docs/guide/*.md) runs as
+written: each as a script of its own, in a temporary directory, run by a Python
+process of its own (as a user runs it: Dask's and multiprocessing's worker processes
+re-import it by path, and Ray's state stays out of this process).
+
+The fence's info string says what a block needs (docs/guide/README.md states the
+conventions for writers):
+
+- ```python            runs. A block that imports torch (or optex.torch) skips where
+                       PyTorch is missing, and fails instead with OPTEX_REQUIRE_TORCH=1
+                       (conftest.py); one that imports Dask, Ray or mpi4py skips where the
+                       engine is missing, and fails instead with OPTEX_REQUIRE_CLUSTER=1.
+- ```python gpu        runs only where optex sees a CUDA device (a skip otherwise, a failure
+                       with OPTEX_REQUIRE_GPU=1); marked `gpu` for `pytest -m gpu`.
+- ```python fragment   lines shown from a file of the repository, not a program: each of its
+                       code lines must be a line of the file it names (FRAGMENT_SOURCES). There
+                       are at most MAX_FRAGMENTS of them.
+
+The PyTorch example's script (examples/torch_digits.py) is run here too, in its quick mode.
+"""
 
 from __future__ import annotations
 
@@ -13,74 +27,93 @@ import re
 import runpy
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, skip_or_fail_without_gpu
 
-QUICKSTART = "## Python quickstart"
-CLUSTER = "## On a cluster"
-VERIFIED = "## The verified mode: the exact trajectory in fewer rounds"
-PYTORCH = "## PyTorch"
 TORCH_EXAMPLE = REPO_ROOT / "examples" / "torch_digits.py"
+KNOWN_MARKERS = {"", "gpu", "fragment"}
+MAX_FRAGMENTS = 2
+# The file whose lines each fragment shows, by the document and the fragment's first line.
+FRAGMENT_SOURCES = {("docs/guide/pytorch.md", "def sequential_closure(model, loss_fn, batches):"): TORCH_EXAMPLE}
+FENCE = re.compile(r"^```([A-Za-z0-9_+-]*)([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+CLUSTER_ENGINES = {"distributed": "Dask", "ray": "Ray", "mpi4py": "mpi4py"}
 
 
-def python_blocks(path: Path, heading: str) -> list[str]:
-    """The ```python blocks after the section heading, before the next section."""
+def documents() -> list[Path]:
+    return [REPO_ROOT / "README.md"] + sorted((REPO_ROOT / "docs" / "guide").glob("*.md"))
+
+
+@dataclass(frozen=True)
+class Block:
+    document: str  # relative to the repository root
+    line: int  # of the opening fence
+    language: str
+    marker: str
+    code: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.document}:{self.line}"
+
+
+def fenced_blocks(path: Path) -> list[Block]:
     text = path.read_text(encoding="utf-8")
-    start = text.find(heading + "\n")
-    assert start >= 0, f"{path.name} has no '{heading}' section"
-    section = text[start + len(heading):]
-    next_section = re.search(r"^## ", section, flags=re.MULTILINE)
-    if next_section:
-        section = section[: next_section.start()]
-    return re.findall(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    rel = path.relative_to(REPO_ROOT).as_posix()
+    return [Block(rel, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2).strip(), m.group(3))
+            for m in FENCE.finditer(text)]
 
 
-def test_the_quickstart_has_its_examples() -> None:
-    assert len(python_blocks(REPO_ROOT / "README.md", QUICKSTART)) == 2
+def python_blocks() -> list[Block]:
+    return [b for path in documents() for b in fenced_blocks(path) if b.language == "python"]
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_quickstart_block_runs(index: int, tmp_path: Path, monkeypatch) -> None:
-    code = python_blocks(REPO_ROOT / "README.md", QUICKSTART)[index]
-    # A file of its own, run as __main__: worker processes (spawn) re-import it
-    # by path, as they would the user's script.
-    script = tmp_path / f"quickstart_{index}.py"
-    script.write_text(code, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)  # where the example writes its checkpoint
-    runpy.run_path(str(script), run_name="__main__")
+def imports(code: str, module: str) -> bool:
+    return bool(re.search(rf"^\s*(import|from)\s+{re.escape(module)}(\s|\.|$)", code, flags=re.MULTILINE))
 
 
-def test_the_cluster_section_has_its_examples() -> None:
-    blocks = python_blocks(REPO_ROOT / "README.md", CLUSTER)
-    assert len(blocks) == 2
-    assert "client.get_executor(" in blocks[0] and "RayExecutor(" in blocks[1]
-    # Right after the quickstart.
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    headings = re.findall(r"^## .*$", text, flags=re.MULTILINE)
-    assert headings.index(CLUSTER) == headings.index(QUICKSTART) + 1
+RUNNABLE = [b for b in python_blocks() if b.marker != "fragment"]
+FRAGMENTS = [b for b in python_blocks() if b.marker == "fragment"]
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_cluster_block_runs(index: int, tmp_path: Path) -> None:
-    code = python_blocks(REPO_ROOT / "README.md", CLUSTER)[index]
-    engine = "ray" if re.search(r"^import ray$", code, flags=re.MULTILINE) else "distributed"
-    if importlib.util.find_spec(engine) is None:
-        # As test_cluster_executors.py: a skip, or a failure where CI requires the engines.
-        reason = f"the example needs {engine} (pip install .[test])"
-        if os.environ.get("OPTEX_REQUIRE_CLUSTER") == "1":
-            pytest.fail(reason + "; OPTEX_REQUIRE_CLUSTER=1 requires it", pytrace=False)
-        pytest.skip(reason)
-    # A script run by a process of its own, as a user runs it: Dask's worker
-    # processes re-import it, and Ray's state stays out of this process.
-    script = tmp_path / f"cluster_{index}.py"
-    script.write_text(code, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, check=False)
-    assert done.returncode == 0, f"{script.name} failed:\n{done.stdout}\n{done.stderr}"
-    # It prints res.fun, res.nit and res.stop_reason last.
-    assert done.stdout.splitlines()[-1].endswith(" target_loss"), done.stdout
+def test_the_documents_have_their_python_blocks() -> None:
+    blocks = python_blocks()
+    assert [b.name for b in blocks if b.marker not in KNOWN_MARKERS] == [], \
+        f"unknown ```python markers (known: {sorted(KNOWN_MARKERS)})"
+    assert len(RUNNABLE) >= 8, "the pattern that finds ```python blocks is broken?"
+    assert len(FRAGMENTS) <= MAX_FRAGMENTS, \
+        f"{len(FRAGMENTS)} fragments: make each block a whole program instead"
+    readme = [b.code for b in RUNNABLE if b.document == "README.md"]
+    # The README's shortest paths: numpy ask/tell, PyTorch, a cluster.
+    assert any("opt.ask()" in c for c in readme) and any("optex.torch.OptEx(" in c for c in readme)
+    assert any("client.get_executor(" in c for c in readme)
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
+def test_python_block_runs(block: Block, tmp_path: Path, request) -> None:
+    if block.marker == "gpu":
+        request.applymarker(pytest.mark.gpu)
+        import optex
+
+        if optex.cuda_device_count() == 0:
+            skip_or_fail_without_gpu(f"{block.name} needs a CUDA device")
+    if imports(block.code, "torch") or imports(block.code, "optex.torch"):
+        # "PyTorch" in the reason: conftest.py turns the skip into a failure with OPTEX_REQUIRE_TORCH=1.
+        pytest.importorskip("torch", reason=f"{block.name} needs PyTorch (pip install torch)")
+    for module, engine in CLUSTER_ENGINES.items():
+        if imports(block.code, module) and importlib.util.find_spec(module) is None:
+            # As test_cluster_executors.py: a skip, or a failure where CI requires the engines.
+            reason = f"{block.name} needs {engine} (pip install .[test])"
+            if os.environ.get("OPTEX_REQUIRE_CLUSTER") == "1":
+                pytest.fail(reason + "; OPTEX_REQUIRE_CLUSTER=1 requires it", pytrace=False)
+            pytest.skip(reason)
+    script = tmp_path / f"{Path(block.document).stem}_{block.line}.py"
+    script.write_text(block.code, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, check=False)
+    assert done.returncode == 0, f"{block.name} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
 def code_lines(text: str) -> list[str]:
@@ -89,14 +122,19 @@ def code_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def test_the_pytorch_section_shows_lines_of_the_example() -> None:
-    # The first block is a script of its own (test_torch.py runs it); the second shows the example.
-    blocks = python_blocks(REPO_ROOT / "README.md", PYTORCH)
-    assert len(blocks) == 2
-    example = set(code_lines(TORCH_EXAMPLE.read_text(encoding="utf-8")))
-    shown = code_lines(blocks[1])
-    assert len(shown) >= 10
-    assert [line for line in shown if line not in example] == []
+@pytest.mark.parametrize("block", FRAGMENTS, ids=[b.name for b in FRAGMENTS])
+def test_a_fragment_shows_lines_of_its_file(block: Block) -> None:
+    first = code_lines(block.code)[0]
+    source = FRAGMENT_SOURCES.get((block.document, first))
+    assert source is not None, f"{block.name}: a fragment of which file? (FRAGMENT_SOURCES)"
+    shown = code_lines(block.code)
+    assert len(shown) >= 5
+    assert [line for line in shown if line not in set(code_lines(source.read_text(encoding="utf-8")))] == []
+
+
+def test_the_quickstart_prints_its_result() -> None:
+    quickstart = next(b for b in RUNNABLE if b.document == "README.md" and "opt.ask()" in b.code)
+    assert "print(" in quickstart.code and "opt.save(" in quickstart.code
 
 
 def test_the_torch_example_reaches_its_quick_target(monkeypatch, capsys) -> None:
@@ -122,11 +160,3 @@ def test_the_torch_example_reaches_its_quick_target(monkeypatch, capsys) -> None
         rows[name] = (int(per_round), int(batch))
     assert rows == {"OptEx N=4, Adam": (4, 32), "OptEx N=4, batched": (4, 32), "Adam": (1, 32),
                     "Adam, 4x batch": (1, 128)}
-
-
-def test_the_verified_mode_block_runs(capsys) -> None:
-    blocks = python_blocks(REPO_ROOT / "README.md", VERIFIED)
-    assert len(blocks) == 1
-    exec(compile(blocks[0], "README verified mode", "exec"), {"__name__": "__main__"})
-    steps = int(capsys.readouterr().out.split()[0])
-    assert steps > 50  # more than one step a round
