@@ -83,15 +83,15 @@
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
 #include "kernels.cuh"
-#include "optex/optimizers/adam.hpp"
-#include "optex/engine/batch.hpp"
-#include "optex/backend/engine_backend.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/batch.hpp"
 #include "optex/engine/engine.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
-#include "optex/util/random.hpp"
+#include "optex/optimizers/adam.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/sgd.hpp"
+#include "optex/util/random.hpp"
 
 namespace {
 

@@ -61,17 +61,17 @@
 #include <string>
 #include <vector>
 
-#include "optex/optimizers/adam.hpp"
 #include "optex/backend/block_pool.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/estimator/gradient_history.hpp"
+#include "optex/optimizers/adam.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/optimizers/optimizer_state.hpp"
-#include "optex/engine/options.hpp"
-#include "optex/util/random.hpp"
 #include "optex/planning/round_cost.hpp"
+#include "optex/util/random.hpp"
 
 namespace {
 

@@ -32,10 +32,10 @@
 #include <memory>
 #include <vector>
 
-#include "optex/optimizers/adam.hpp"
 #include "optex/backend/block_pool.hpp"
-#include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/adam.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/planning/round_cost.hpp"
 
 namespace {

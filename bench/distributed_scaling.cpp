@@ -23,8 +23,8 @@
 #include <memory>
 #include <optex/distributed/distributed_engine.hpp>
 #include <optex/distributed/mpi_communicator.hpp>
-#include <optex/problems/problems.hpp>
 #include <optex/distributed/startup_agreement.hpp>
+#include <optex/problems/problems.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>

@@ -43,8 +43,8 @@
 #pragma once
 
 #include <cstdint>
-#include <optex/optimizers/optimizer.hpp>
 #include <optex/engine/options.hpp>
+#include <optex/optimizers/optimizer.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

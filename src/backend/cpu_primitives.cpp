@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "optex/backend/block_pool.hpp"
-#include "optex/distributed/data_parallel.hpp"
-#include "optex/util/allocation.hpp"
 #include "optex/backend/device_primitives.hpp"
 #include "optex/backend/streaming.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/util/allocation.hpp"
 
 namespace optex::detail {
 namespace {

@@ -12,13 +12,13 @@
 
 #include <memory>
 
-#include "sharded/completed_sums.hpp"
 #include "backend/device_backend.hpp"
+#include "sharded/completed_sums.hpp"
 
-#include "optex/util/allocation.hpp"
 #include "optex/backend/bf16.hpp"
-#include "optex/estimator/gp_estimator.hpp"
 #include "optex/engine/magnitude_bound.hpp"
+#include "optex/estimator/gp_estimator.hpp"
+#include "optex/util/allocation.hpp"
 
 namespace optex::detail {
 
@@ -244,9 +244,8 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
 
 bool DeviceBackend::stored_exactly(std::span<const float> values, Storage storage) {
   if (storage == Storage::fp32) return true;
-  return std::all_of(values.begin(), values.end(), [](float v) {
-    return detail::from_bf16(detail::to_bf16(v)) == v;
-  });
+  return std::all_of(values.begin(), values.end(),
+                     [](float v) { return detail::from_bf16(detail::to_bf16(v)) == v; });
 }
 
 void DeviceBackend::put_row(const float* host, StoredRows to) {

@@ -13,8 +13,8 @@
 
 #include <sstream>
 
-#include "sharded/completed_sums.hpp"
 #include "backend/device_backend.hpp"
+#include "sharded/completed_sums.hpp"
 
 #include "optex/estimator/gp_estimator.hpp"
 

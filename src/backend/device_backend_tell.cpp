@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "sharded/completed_sums.hpp"
 #include "backend/device_backend.hpp"
+#include "sharded/completed_sums.hpp"
 
 #include "optex/engine/point_evaluations.hpp"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "sharded/completed_sums.hpp"
 #include "backend/device_backend.hpp"
+#include "sharded/completed_sums.hpp"
 
 namespace optex::detail {
 

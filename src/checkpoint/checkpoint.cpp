@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_payload.hpp"
+#include "checkpoint/serialization.hpp"
+#include "engine/resumed_options.hpp"
 #include "optex/checkpoint/atomic_file.hpp"
 #include "optex/checkpoint/file_path.hpp"
 #include "optex/checkpoint/regular_file.hpp"
 #include "optex/engine/engine.hpp"
-#include "engine/resumed_options.hpp"
-#include "checkpoint/serialization.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "the checkpoint format is little-endian; add byte swapping for this platform");

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "optex/engine/engine_snapshot.hpp"
 #include "checkpoint/serialization.hpp"
+#include "optex/engine/engine_snapshot.hpp"
 
 namespace optex::detail {
 

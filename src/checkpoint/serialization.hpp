@@ -18,8 +18,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::detail {
 

@@ -9,9 +9,9 @@
 
 #include "optex/backend/block_pool.hpp"
 #include "optex/backend/engine_backend.hpp"
+#include "optex/engine/magnitude_bound.hpp"
 #include "optex/engine/point_evaluations.hpp"
 #include "optex/estimator/lengthscale_selection.hpp"
-#include "optex/engine/magnitude_bound.hpp"
 
 namespace optex {
 namespace {

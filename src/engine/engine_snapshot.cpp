@@ -9,11 +9,11 @@
 #include <string>
 #include <utility>
 
+#include "engine/resumed_options.hpp"
+#include "engine/steppable_state.hpp"
 #include "optex/backend/engine_backend.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/magnitude_bound.hpp"
-#include "engine/resumed_options.hpp"
-#include "engine/steppable_state.hpp"
 
 namespace optex {
 namespace {

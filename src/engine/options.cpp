@@ -5,8 +5,8 @@
 #include <string>
 
 #include "optex/backend/block_pool.hpp"
-#include "optex/optimizers/hyperparameter.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/hyperparameter.hpp"
 
 namespace optex {
 namespace {

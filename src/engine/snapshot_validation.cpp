@@ -7,10 +7,10 @@
 #include <sstream>
 #include <string>
 
+#include "engine/steppable_state.hpp"
 #include "optex/engine/adaptive_split.hpp"
 #include "optex/engine/engine_snapshot.hpp"
 #include "optex/engine/magnitude_bound.hpp"
-#include "engine/steppable_state.hpp"
 
 namespace optex {
 namespace {

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "sharded/completed_sums.hpp"
-#include "optex/util/allocation.hpp"
 #include "optex/backend/streaming.hpp"
+#include "optex/util/allocation.hpp"
+#include "sharded/completed_sums.hpp"
 
 namespace optex {
 

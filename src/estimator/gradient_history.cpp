@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "sharded/completed_sums.hpp"
-#include "optex/util/allocation.hpp"
 #include "optex/backend/streaming.hpp"
+#include "optex/util/allocation.hpp"
+#include "sharded/completed_sums.hpp"
 
 namespace optex {
 

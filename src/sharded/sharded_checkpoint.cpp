@@ -55,11 +55,11 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_payload.hpp"
+#include "distributed/rank_agreement.hpp"
 #include "optex/checkpoint/atomic_file.hpp"
 #include "optex/checkpoint/file_path.hpp"
 #include "optex/checkpoint/regular_file.hpp"
 #include "optex/util/random.hpp"
-#include "distributed/rank_agreement.hpp"
 #include "sharded/sharded_engine_parts.hpp"
 #include "sharded/sharded_manifest.hpp"
 

@@ -10,12 +10,12 @@
 #include <string>
 #include <utility>
 
-#include "optex/backend/block_pool.hpp"
-#include "optex/distributed/data_parallel.hpp"
-#include "optex/distributed/configuration_fingerprint.hpp"
-#include "optex/backend/device_floats.hpp"
-#include "optex/util/random.hpp"
 #include "distributed/rank_agreement.hpp"
+#include "optex/backend/block_pool.hpp"
+#include "optex/backend/device_floats.hpp"
+#include "optex/distributed/configuration_fingerprint.hpp"
+#include "optex/distributed/data_parallel.hpp"
+#include "optex/util/random.hpp"
 #include "sharded/sharded_engine_parts.hpp"
 
 namespace optex {

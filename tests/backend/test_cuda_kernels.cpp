@@ -38,13 +38,13 @@
 
 #include "cuda_check.hpp"
 #include "device_buffer.hpp"
-#include "support/engine_equality.hpp"
 #include "kernels.cuh"
-#include "optex/estimator/covariance.hpp"
 #include "optex/backend/bf16.hpp"
+#include "optex/backend/streaming.hpp"
+#include "optex/estimator/covariance.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/backend/streaming.hpp"
+#include "support/engine_equality.hpp"
 #include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 

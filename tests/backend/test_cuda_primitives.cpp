@@ -37,14 +37,14 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
-#include "support/gpu_test_support.hpp"
-#include "optex/estimator/covariance.hpp"
 #include "optex/backend/bf16.hpp"
-#include "optex/backend/device_primitives.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/estimator/covariance.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
 #include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 

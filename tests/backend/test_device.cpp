@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "optex/engine/batch.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/engine/batch.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/options.hpp"
 #include "optex/problems/sphere.hpp"

@@ -12,14 +12,14 @@
 #include <stdexcept>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/backend/block_pool.hpp"
+#include "optex/backend/streaming.hpp"
 #include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
-#include "optex/backend/streaming.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace {

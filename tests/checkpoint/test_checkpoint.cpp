@@ -26,13 +26,13 @@
 #include <variant>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/engine/batch.hpp"
-#include "optex/estimator/covariance.hpp"
 #include "optex/engine/engine.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/util/random.hpp"
+#include "support/engine_equality.hpp"
 #include "support/scratch_directory.hpp"
 
 namespace {

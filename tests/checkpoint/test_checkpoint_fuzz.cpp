@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "optex/engine/engine.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/util/random.hpp"
 
 // ---- the largest single allocation while armed --------------------------------

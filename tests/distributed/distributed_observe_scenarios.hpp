@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "distributed/distributed_scenarios.hpp"
-#include "support/engine_equality.hpp"
 #include "optex/distributed/communicator.hpp"
 #include "optex/distributed/distributed_engine.hpp"
 #include "optex/engine/engine.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace optex::test {

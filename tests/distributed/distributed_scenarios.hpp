@@ -22,14 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/distributed/communicator.hpp"
-#include "optex/engine/coordinate_range.hpp"
 #include "optex/distributed/data_parallel.hpp"
 #include "optex/distributed/distributed_engine.hpp"
 #include "optex/distributed/distributed_minimize.hpp"
+#include "optex/engine/coordinate_range.hpp"
 #include "optex/problems/problems.hpp"
 #include "optex/util/random.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace optex::test {

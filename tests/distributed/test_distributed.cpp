@@ -13,9 +13,9 @@
 
 #include "distributed/distributed_observe_scenarios.hpp"
 #include "distributed/distributed_scenarios.hpp"
+#include "distributed/run_on_ranks.hpp"
 #include "optex/backend/block_pool.hpp"
 #include "optex/distributed/in_process_communicator.hpp"
-#include "distributed/run_on_ranks.hpp"
 
 namespace {
 

@@ -27,15 +27,15 @@
 #include <vector>
 
 #include "distributed/communicator_contract.hpp"
-#include "support/engine_equality.hpp"
-#include "support/gpu_test_support.hpp"
-#include "optex/distributed/communicator.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/distributed/communicator.hpp"
 #include "optex/distributed/distributed_engine.hpp"
 #include "optex/distributed/in_process_communicator.hpp"
 #include "optex/distributed/nccl_communicator.hpp"
 #include "optex/problems/problems.hpp"
 #include "optex/sharded/sharded_engine.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
 
 namespace {
 

@@ -19,9 +19,9 @@
 #include "optex/engine/engine.hpp"
 #include "optex/engine/magnitude_bound.hpp"
 #include "optex/engine/minimize.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
 #include "support/throws_with.hpp"
 
 namespace {

@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "optex/engine/batch.hpp"
-#include "optex/backend/engine_backend.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/batch.hpp"
 
 namespace {
 

@@ -20,16 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/engine/batch.hpp"
-#include "optex/estimator/covariance.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/minimize.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/estimator/covariance.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/problems/sphere.hpp"
 #include "optex/util/random.hpp"
 #include "optex/util/thread_pool.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace {

@@ -37,17 +37,17 @@
 #include <utility>
 #include <vector>
 
-#include "support/deferred_primitives.hpp"
-#include "support/engine_equality.hpp"
-#include "support/faulty_primitives.hpp"
+#include "optex/backend/device_primitives.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/engine/coordinate_range.hpp"
-#include "optex/backend/device_primitives.hpp"
 #include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/history_gram.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
+#include "support/deferred_primitives.hpp"
+#include "support/engine_equality.hpp"
+#include "support/faulty_primitives.hpp"
 #include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 

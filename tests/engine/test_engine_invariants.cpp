@@ -42,18 +42,18 @@
 #include <variant>
 #include <vector>
 
+#include "optex/backend/device.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/engine/batch.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/magnitude_bound.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 #include "support/deferred_primitives.hpp"
 #include "support/device_fixture.hpp"
 #include "support/engine_equality.hpp"
 #include "support/gpu_test_support.hpp"
-#include "optex/engine/batch.hpp"
-#include "optex/backend/device_primitives.hpp"
-#include "optex/backend/device.hpp"
-#include "optex/engine/engine.hpp"
-#include "optex/engine/magnitude_bound.hpp"
-#include "optex/optimizers/optimizer.hpp"
-#include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
 #include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 

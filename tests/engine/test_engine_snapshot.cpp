@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/engine_snapshot.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace {

@@ -21,8 +21,8 @@
 
 #include "optex/engine/iteration_info.hpp"
 #include "optex/engine/minimize.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer.hpp"
 #include "optex/util/progress_bar.hpp"
 #include "optex/util/random.hpp"
 #include "optex/util/thread_pool.hpp"

@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/engine/adaptive_split.hpp"
 #include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/optimizers/optimizer.hpp"
-#include "optex/engine/options.hpp"
 #include "optex/util/random.hpp"
+#include "support/engine_equality.hpp"
 #include "support/scratch_directory.hpp"
 #include "support/test_support.hpp"
 #include "support/throws_with.hpp"

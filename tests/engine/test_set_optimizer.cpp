@@ -11,13 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include "support/engine_equality.hpp"
+#include "distributed/run_on_ranks.hpp"
 #include "optex/distributed/distributed_engine.hpp"
-#include "optex/engine/engine.hpp"
 #include "optex/distributed/in_process_communicator.hpp"
+#include "optex/engine/engine.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/problems/rosenbrock.hpp"
-#include "distributed/run_on_ranks.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace {

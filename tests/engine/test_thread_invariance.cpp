@@ -13,12 +13,12 @@
 #include <span>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/backend/block_pool.hpp"
-#include "optex/engine/engine.hpp"
-#include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
 #include "optex/backend/streaming.hpp"
+#include "optex/engine/engine.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace {

@@ -32,13 +32,13 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
-#include "support/gpu_test_support.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/engine/coordinate_range.hpp"
 #include "optex/engine/engine.hpp"
-#include "optex/optimizers/optimizer.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer.hpp"
+#include "support/engine_equality.hpp"
+#include "support/gpu_test_support.hpp"
 #include "support/test_support.hpp"
 #include "support/throws_with.hpp"
 

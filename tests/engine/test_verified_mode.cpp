@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "support/device_fixture.hpp"
-#include "support/engine_equality.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/engine_snapshot.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
+#include "support/device_fixture.hpp"
+#include "support/engine_equality.hpp"
 #include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 

@@ -1,6 +1,7 @@
-// Tests of the GP gradient estimator and what it is built on: kernels (optex/estimator/covariance.hpp), the
-// history ring buffer (optex/estimator/gradient_history.hpp), the streaming passes (optex/backend/streaming.hpp)
-// and GpGradientEstimator (optex/estimator/gp_estimator.hpp), against brute-force double references.
+// Tests of the GP gradient estimator and what it is built on: kernels
+// (optex/estimator/covariance.hpp), the history ring buffer (optex/estimator/gradient_history.hpp),
+// the streaming passes (optex/backend/streaming.hpp) and GpGradientEstimator
+// (optex/estimator/gp_estimator.hpp), against brute-force double references.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,12 +18,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "optex/backend/streaming.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/estimator/kernel.hpp"
-#include "optex/engine/options.hpp"
-#include "optex/backend/streaming.hpp"
 #include "support/test_support.hpp"
 
 namespace {

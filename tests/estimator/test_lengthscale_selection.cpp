@@ -1,7 +1,7 @@
-// Tests of the lengthscale selection (optex/estimator/lengthscale_selection.hpp): when it declines to
-// choose, that it chooses on the grid of median-distance multiples, and that both criteria
-// equal brute-force recomputations written here with Eigen (the LOO one by actually leaving
-// each point out and refitting).
+// Tests of the lengthscale selection (optex/estimator/lengthscale_selection.hpp): when it declines
+// to choose, that it chooses on the grid of median-distance multiples, and that both criteria equal
+// brute-force recomputations written here with Eigen (the LOO one by actually leaving each point
+// out and refitting).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,11 +17,11 @@
 #include <tuple>
 #include <vector>
 
+#include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/estimator/lengthscale_selection.hpp"
-#include "optex/engine/options.hpp"
 #include "support/test_support.hpp"
 
 namespace {

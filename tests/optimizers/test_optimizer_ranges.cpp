@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
+#include "support/engine_equality.hpp"
 
 namespace {
 

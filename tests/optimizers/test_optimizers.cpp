@@ -1,5 +1,5 @@
-// Tests of the base optimizers (optex/optimizers/*.hpp, optex/optimizers/optimizer.hpp): every kind's
-// update against an independent double-precision reference written from the PyTorch formulas
+// Tests of the base optimizers (optex/optimizers/*.hpp, optex/optimizers/optimizer.hpp): every
+// kind's update against an independent double-precision reference written from the PyTorch formulas
 // (Lion from its paper), per coordinate and over vectors, the state each keeps, which
 // replacements a running engine accepts, the variant's dispatch, names and checkpoint tags,
 // and hyperparameter validation.

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "distributed/distributed_scenarios.hpp"
-#include "support/engine_equality.hpp"
 #include "optex/backend/block_pool.hpp"
 #include "optex/sharded/sharded_engine.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 
 namespace optex::test {

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "support/engine_equality.hpp"
 #include "optex/backend/block_pool.hpp"
-#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/problems/noisy_quadratic.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
+#include "support/engine_equality.hpp"
 #include "support/test_support.hpp"
 #include "support/throws_with.hpp"
 

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "optex/distributed/in_process_communicator.hpp"
 #include "distributed/run_on_ranks.hpp"
+#include "optex/distributed/in_process_communicator.hpp"
 #include "sharded/sharded_scenarios.hpp"
 #include "support/throws_with.hpp"
 

@@ -23,11 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "optex/backend/device.hpp"
+#include "optex/backend/device_primitives.hpp"
+#include "optex/engine/options.hpp"
 #include "support/deferred_primitives.hpp"
 #include "support/gpu_test_support.hpp"
-#include "optex/backend/device_primitives.hpp"
-#include "optex/backend/device.hpp"
-#include "optex/engine/options.hpp"
 
 namespace optex::test {
 

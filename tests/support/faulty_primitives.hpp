@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "support/deferred_primitives.hpp"
 #include "optex/backend/device_primitives.hpp"
+#include "support/deferred_primitives.hpp"
 
 namespace optex::test {
 

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "optex/engine/batch.hpp"
-#include "optex/util/allocation.hpp"
 #include "optex/backend/engine_backend.hpp"
+#include "optex/engine/batch.hpp"
 #include "optex/estimator/gp_estimator.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/estimator/history_gram.hpp"
 #include "optex/optex.hpp"
+#include "optex/util/allocation.hpp"
 #include "support/throws_with.hpp"
 
 namespace {

@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
+#include "optex/backend/device.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/estimator/covariance.hpp"
-#include "optex/backend/device.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::detail {

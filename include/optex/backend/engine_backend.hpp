@@ -19,16 +19,16 @@
 #include <span>
 #include <vector>
 
+#include "optex/backend/device.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/engine/coordinate_range.hpp"
-#include "optex/sharded/coordinate_shard.hpp"
-#include "optex/backend/device.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/estimator/history_gram.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/optimizers/optimizer_state.hpp"
-#include "optex/engine/options.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 
 namespace optex::detail {
 

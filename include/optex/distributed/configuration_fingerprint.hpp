@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex::detail {
 

@@ -45,10 +45,10 @@
 #include <string_view>
 #include <vector>
 
-#include "optex/distributed/communicator.hpp"
 #include "optex/backend/device_floats.hpp"
-#include "optex/engine/engine.hpp"
+#include "optex/distributed/communicator.hpp"
 #include "optex/distributed/point_split.hpp"
+#include "optex/engine/engine.hpp"
 
 namespace optex {
 

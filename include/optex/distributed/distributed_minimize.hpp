@@ -21,9 +21,9 @@
 
 #include "optex/distributed/data_parallel.hpp"
 #include "optex/distributed/distributed_engine.hpp"
+#include "optex/distributed/startup_agreement.hpp"
 #include "optex/engine/minimize.hpp"
 #include "optex/engine/objective.hpp"
-#include "optex/distributed/startup_agreement.hpp"
 #include "optex/util/thread_pool.hpp"
 
 namespace optex {

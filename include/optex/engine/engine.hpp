@@ -33,17 +33,17 @@
 #include <string>
 #include <vector>
 
+#include "optex/backend/device.hpp"
 #include "optex/engine/adaptive_split.hpp"
 #include "optex/engine/batch.hpp"
 #include "optex/engine/coordinate_range.hpp"
-#include "optex/sharded/coordinate_shard.hpp"
-#include "optex/backend/device.hpp"
 #include "optex/engine/engine_snapshot.hpp"
-#include "optex/estimator/gradient_history.hpp"
 #include "optex/engine/iteration_info.hpp"
+#include "optex/engine/options.hpp"
+#include "optex/estimator/gradient_history.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
-#include "optex/engine/options.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/util/random.hpp"
 
 namespace optex {

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "optex/engine/options.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/optimizers/optimizer_state.hpp"
-#include "optex/engine/options.hpp"
 
 namespace optex {
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "optex/estimator/covariance.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/estimator/covariance.hpp"
 
 namespace optex {
 

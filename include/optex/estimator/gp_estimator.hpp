@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "optex/backend/block_pool.hpp"
+#include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
 #include "optex/estimator/gradient_history.hpp"
-#include "optex/engine/options.hpp"
 
 namespace optex {
 

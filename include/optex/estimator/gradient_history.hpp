@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "optex/backend/block_pool.hpp"
-#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/estimator/history_gram.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 
 namespace optex {
 

@@ -12,8 +12,8 @@
 
 #include <span>
 
-#include "optex/estimator/gradient_history.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/estimator/gradient_history.hpp"
 
 namespace optex {
 

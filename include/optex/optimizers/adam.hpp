@@ -11,8 +11,8 @@
 #include <tuple>
 
 #include "optex/backend/host_device.hpp"
-#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/hyperparameter.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/torch_arithmetic.hpp"
 
 namespace optex {

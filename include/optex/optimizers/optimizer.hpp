@@ -17,9 +17,9 @@
 #include <type_traits>
 #include <variant>
 
-#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/adam.hpp"
 #include "optex/optimizers/lion.hpp"
+#include "optex/optimizers/optimizer_state.hpp"
 #include "optex/optimizers/rmsprop.hpp"
 #include "optex/optimizers/sgd.hpp"
 

@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "optex/backend/device_floats.hpp"
 #include "optex/backend/device.hpp"
+#include "optex/backend/device_floats.hpp"
 #include "optex/distributed/point_split.hpp"
 
 namespace optex {

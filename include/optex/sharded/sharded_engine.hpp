@@ -36,11 +36,11 @@
 #include <string_view>
 #include <vector>
 
-#include "optex/distributed/communicator.hpp"
-#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/backend/device_floats.hpp"
+#include "optex/distributed/communicator.hpp"
 #include "optex/distributed/distributed_engine.hpp"
 #include "optex/engine/engine.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/sharded/sharded_batch.hpp"
 
 namespace optex {
