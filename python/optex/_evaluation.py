@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ._values import consumed_loss, real_gradient
+
 
 @dataclasses.dataclass
 class Raised:
@@ -34,7 +36,7 @@ def evaluate_point(fun_and_grad: Callable[..., Any], x: np.ndarray,
                 "fun_and_grad: must return a (loss, grad) tuple, got " + type(out).__name__
             )
         loss, grad = out
-        return float(loss), grad
+        return consumed_loss(loss), grad
     except Exception as e:  # noqa: BLE001 - every exception of the objective travels back
         return Raised(e, traceback.format_exc())
 
@@ -49,24 +51,7 @@ def evaluate_or_raise(fun_and_grad: Callable[..., Any], x: np.ndarray,
 
 
 def checked_gradient(grad: Any, dim: int, i: int) -> np.ndarray:
-    """The gradient of point i under OptEx.tell()'s rule, or the same ValueError.
-
-    Lists and tuples are read as float64; arrays must be float32 or float64 (an
-    int64 or float16 gradient is refused, never cast). Checked before tell().
-    """
-    name = f"fun_and_grad: the gradient at point {i}"
-    try:
-        if isinstance(grad, (list, tuple)):
-            grad = np.asarray(grad, dtype=np.float64)
-        else:
-            grad = np.asarray(grad)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} cannot be converted to a float array") from e
-    if grad.dtype not in (np.float32, np.float64):
-        raise ValueError(
-            f"{name}: dtype {grad.dtype} is not supported: return float32 or float64 "
-            "(for example grad.astype(numpy.float32))"
-        )
-    if grad.shape != (dim,):
-        raise ValueError(f"{name} has shape {grad.shape}, expected ({dim},)")
-    return grad
+    """The gradient of point i under optex's rule for gradients (_values.py: a
+    float32 or float64 array, or a list or tuple of real numbers read as float64;
+    shape (dim,)), or a ValueError naming the point. Checked before tell()."""
+    return real_gradient(grad, dim, f"fun_and_grad: the gradient at point {i}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import math
+import threading
 import time
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from ._evaluation import Raised, checked_gradient, evaluate_point
 from ._optex import magnitude_bound
+from ._values import real_loss
 from .evaluation_error import EvaluationError
 
 
@@ -76,7 +78,8 @@ class RoundEvaluator:
         for i, f in enumerate(futures):
             if f in done:
                 loss, grad = f.result()
-                losses[i], grads[i] = loss, checked_gradient(grad, self.engine.dim, i)
+                losses[i] = real_loss(loss, f"fun_and_grad: the loss at point {i}")
+                grads[i] = checked_gradient(grad, self.engine.dim, i)
             else:
                 losses[i], grads[i] = math.nan, math.nan
                 missing += 1
@@ -111,7 +114,9 @@ class RoundEvaluator:
                 break
             timeout = None
             if done and math.isfinite(deadline):
-                timeout = max(0.0, deadline - self.clock())
+                # Capped at what a wait can take (a round_timeout of 1e300
+                # passes the argument check); the loop waits again.
+                timeout = min(max(0.0, deadline - self.clock()), threading.TIMEOUT_MAX)
                 if timeout == 0.0:
                     break
             new_done, not_done = self.wait(not_done, timeout=timeout,
@@ -179,6 +184,7 @@ class RoundEvaluator:
                 self.late_failed += 1
                 continue
             loss, grad = out
+            loss = real_loss(loss, f"fun_and_grad: the loss at point {r.index}")
             g = checked_gradient(grad, self.engine.dim, r.index).astype(np.float32)
             # What tell() would drop is not observed either.
             if math.isfinite(loss) and np.all(np.isfinite(g)) and np.max(np.abs(g)) <= bound:

@@ -26,3 +26,17 @@ class EvaluationError(RuntimeError):
         """The engine's pending iteration (``OptEx.iteration``) the point belongs to."""
         self.engine = engine
         """The :class:`optex.OptEx`, unchanged, with the round pending."""
+
+
+class NonFiniteRoundError(EvaluationError):
+    """No evaluation of a round can be committed: each of its N pairs has a non-finite
+    loss or gradient (or one above the magnitude bound, or a step to a non-finite
+    iterate), so that ``tell(..., drop_nonfinite=True)`` has nothing to step from.
+
+    Raised by :func:`optex.minimize` instead of losing the run: the engine is left
+    as it was before the round, its round still pending (``point`` is 0, every
+    point's pair being unusable; ``iteration`` the pending one), and
+    ``optex.minimize(fun_and_grad, err.engine, ...)`` evaluates the same points
+    with the same seeds again and continues, as after an EvaluationError. The
+    engine's own refusal (a RuntimeError) is ``__cause__``.
+    """

@@ -6,11 +6,15 @@ or any concurrent.futures.Executor (Dask, Ray, mpi4py.futures, ...).
     res.x, res.fun, res.nit, res.n_gradient_evaluations, res.stop_reason
 
 ``fun_and_grad(x) -> (loss, grad)`` receives one point, a read-only float32 (d,)
-array, and returns the loss and the gradient (a float32 or float64 array, or a
-list, of shape (d,)), the convention of ``scipy.optimize.minimize(..., jac=True)``.
-The gradient follows :meth:`OptEx.tell`'s rule: another dtype (int64, float16) or
-shape raises the same ValueError, naming the point. A NaN or infinite gradient or
-loss drops its pair, as ``tell(..., drop_nonfinite=True)`` does.
+array, and returns the loss and the gradient, the convention of
+``scipy.optimize.minimize(..., jac=True)``. The loss is a real number (int,
+float, a numpy real scalar, a 0-d or one-element array or tensor); the gradient
+a float32 or float64 array of shape (d,), or a list or tuple of d real numbers
+(optex's one rule for values, _values.py; the same as :meth:`OptEx.tell`'s).
+Anything else (a str, bool, complex or None loss, numeric strings in a list,
+an int64 or float16 array, another shape) raises a ValueError naming the point
+and the value. A NaN or infinite gradient or loss drops its pair, as
+``tell(..., drop_nonfinite=True)`` does.
 
 Threads (the default) give real parallelism when the objective releases the GIL
 (numpy, torch, C extensions, subprocesses). An objective written in pure Python
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
+import numbers
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable, Literal, Sequence
@@ -37,6 +42,8 @@ from . import _optex
 from ._evaluation import evaluate_or_raise
 from ._optex import IterationInfo, OptEx, Options
 from ._rounds import RoundEvaluator
+from ._values import real_gradient, real_loss
+from .evaluation_error import NonFiniteRoundError
 
 Objective = Callable[..., "tuple[float, Any]"]
 Callback = Callable[[IterationInfo], "bool | None"]
@@ -51,17 +58,19 @@ class OptimizeResult:
     fun: float
     """The loss at ``x`` (one extra evaluation, counted below)."""
     nit: int
-    """Sequential rounds (the engine's iterations; a continued engine's earlier ones included)."""
+    """The engine's iterations (``OptEx.iteration``): a continued engine's earlier ones included."""
     n_gradient_evaluations: int
-    """True gradient evaluations, the extra one at ``x`` included."""
+    """The engine's gradient evaluations (``OptEx.evaluations``, a continued engine's
+    earlier ones included) plus this call's extra one at ``x``."""
     loss_history: list[float]
-    """``IterationInfo.loss`` of every round."""
+    """``IterationInfo.loss`` of every round this call committed: entry k is iteration
+    ``nit - len(loss_history) + k``."""
     stop_reason: str
     """"max_iters", "target_loss", "grad_tol" or "callback"."""
     n_dropped: int = 0
-    """Rows committed without their result (``min_results``, ``round_timeout``)."""
+    """Rows this call committed without their result (``min_results``, ``round_timeout``)."""
     n_observed: int = 0
-    """Late gradients given to :meth:`OptEx.observe` after their round committed."""
+    """Late gradients this call gave to :meth:`OptEx.observe` after their round committed."""
 
     def __repr__(self) -> str:
         return (
@@ -104,20 +113,103 @@ def _engine(x0: Any, optimizer: Any, options: Options | None, option_kwargs: dic
     return x0
 
 
-def _checked_partial_round(min_results: Any, round_timeout: Any, n: int) -> None:
-    if min_results is not None and not (
-        isinstance(min_results, int) and not isinstance(min_results, bool) and 1 <= min_results <= n
-    ):
+def _is_int(value: Any) -> bool:
+    """An int (a numpy integer too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: Any) -> bool:
+    """A real number (int, float, numpy real scalar), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _seconds(value: Any) -> float:
+    """A round_timeout that passed its check as a float; an int beyond the float
+    range waits as long as math.inf does."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _checked_partial_round(min_results: Any, round_timeout: Any, engine: OptEx) -> None:
+    n = engine.parallelism
+    if min_results is not None and not (_is_int(min_results) and 1 <= min_results <= n):
         raise ValueError(
             f"min_results: must be an int in [1, N = {n}] or None (wait for all), got {min_results!r}"
         )
-    if round_timeout is not None and not (
-        isinstance(round_timeout, (int, float)) and not isinstance(round_timeout, bool)
-        and round_timeout > 0 and not math.isnan(round_timeout)
-    ):
-        raise ValueError(
+    if round_timeout is not None and not (_is_real(round_timeout) and round_timeout > 0):
+        raise ValueError(  # NaN fails the comparison
             f"round_timeout: must be a number of seconds > 0 or None, got {round_timeout!r}"
         )
+    partial = (min_results is not None and min_results < n) or (
+        round_timeout is not None and math.isfinite(_seconds(round_timeout)))
+    if partial and engine.options.mode == "verified":
+        # The verified commit replays the base optimizer from row 0 through the
+        # round's rows in order: a round without some of them (row 0 above all)
+        # has nothing it can verify.
+        raise ValueError(
+            "min_results, round_timeout: the verified mode (Options.mode 'verified') needs "
+            "every row of a round; leave min_results and round_timeout at None (wait for all "
+            f"N = {n}), or use mode 'approximate' to commit without stragglers"
+        )
+
+
+def _checked_stopping(max_iters: Any, target_loss: Any, grad_tol: Any,
+                      max_workers: Any) -> None:
+    """ValueError naming the first bad stopping or pool argument. Any value that
+    passes runs: every comparison below is exact for ints of any size."""
+    if not (_is_int(max_iters) and max_iters >= 0):
+        raise ValueError(f"max_iters: must be an int >= 0, got {max_iters!r}")
+    if not (_is_real(target_loss) and not (isinstance(target_loss, float) and
+                                           math.isnan(target_loss))):
+        raise ValueError(f"target_loss: must be a real number (not NaN), got {target_loss!r}")
+    if not (_is_real(grad_tol) and grad_tol >= 0):  # NaN fails the comparison
+        raise ValueError(f"grad_tol: must be a real number >= 0, got {grad_tol!r}")
+    if max_workers is not None and not (_is_int(max_workers) and max_workers >= 1):
+        raise ValueError(f"max_workers: must be an int >= 1 or None, got {max_workers!r}")
+
+
+def _asked_to_stop(callbacks: list[Callback], info: IterationInfo) -> bool:
+    """Calls every callback with the round's info; whether one returned True or raised
+    StopIteration (scipy.optimize's convention). Each is called even when an earlier
+    one asked to stop, so that all of them see the last round."""
+    asked = False
+    for cb in callbacks:
+        try:
+            asked |= bool(cb(info))
+        except StopIteration:
+            asked = True
+    return asked
+
+
+def _checked_evaluation(fun_and_grad: Objective, x: np.ndarray,
+                        seed: int | None) -> "tuple[float, np.ndarray]":
+    """One evaluation in this thread (the final loss, Proxy::target's oracle), its
+    loss and gradient checked as a round's are."""
+    loss, grad = evaluate_or_raise(fun_and_grad, x, seed)
+    return (real_loss(loss, "fun_and_grad: the loss at x"),
+            real_gradient(grad, x.size, "fun_and_grad: the gradient at x"))
+
+
+def _committed(engine: OptEx, grads: np.ndarray, losses: np.ndarray) -> IterationInfo:
+    """tell(), dropping non-finite pairs; NonFiniteRoundError when none is left."""
+    iteration = engine.iteration
+    try:
+        return engine.tell(grads, losses, drop_nonfinite=True)
+    except RuntimeError as e:
+        # The engine's refusal when no pair can be committed: it changed nothing.
+        if not (engine.pending and f"no pair of iteration {iteration}" in str(e)):
+            raise
+        raise NonFiniteRoundError(
+            f"minimize: no evaluation of iteration {iteration} can be committed: each of its "
+            f"N = {len(losses)} pairs has a non-finite loss or gradient (or one above the "
+            "magnitude bound, or a step to a non-finite iterate); losses "
+            f"{np.array2string(losses, threshold=8)}. The engine is unchanged and the round "
+            "still pending: optex.minimize(fun_and_grad, err.engine, ...) evaluates it again "
+            "and continues",
+            point=0, iteration=iteration, engine=engine,
+        ) from e
 
 
 def minimize(
@@ -141,10 +233,14 @@ def minimize(
 ) -> OptimizeResult:
     """Runs OptEx until a stop criterion holds.
 
-    Stops after ``max_iters`` rounds, once a round's loss is <= ``target_loss``,
-    once the committed gradient's norm is <= ``grad_tol``, or when a callback
-    (called with each round's :class:`IterationInfo`) returns True, whichever
-    comes first. ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``,
+    Stops once the engine has done ``max_iters`` iterations (``nit``), once a
+    round's loss is <= ``target_loss``, once the committed gradient's norm is <=
+    ``grad_tol``, or when a callback asks to, whichever comes first. Each
+    callback is called with each round's :class:`IterationInfo`, after the
+    commit; it asks to stop by returning True or by raising ``StopIteration``
+    (scipy.optimize's convention): the run then returns its result with
+    ``stop_reason`` "callback" (every callback is still called for that round).
+    Any other exception of a callback propagates, the round committed. ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``,
     or a list of ``(size, optimizer)`` pairs for hyperparameters per range),
     ``options`` and ``option_kwargs`` configure the engine as in :class:`OptEx`
     (e.g. ``parallelism=4, history=32, seed=0``; every field of
@@ -158,6 +254,15 @@ def minimize(
     ``x0`` may also be an :class:`OptEx`: the run continues that engine (its own
     configuration; a round left pending by an error is evaluated again, the
     same points with the same seeds), and leaves it where the run ends.
+    ``max_iters`` bounds the engine's iteration count, not this call's rounds:
+    the call runs ``max_iters - engine.iteration`` rounds at most (none when the
+    engine is there already). So the documented retry, the engine of an error
+    passed back with the same stopping arguments, ends where the run without
+    the error would have, with the same ``x``, ``fun``, ``nit``,
+    ``n_gradient_evaluations`` and ``stop_reason``; its ``loss_history``,
+    ``n_dropped`` and ``n_observed`` count this call's rounds only (the
+    retry's history is the uninterrupted one's from the pending iteration on).
+    To run k more rounds of an engine on purpose, pass ``max_iters=engine.iteration + k``.
 
     ``workers``: "threads", "processes" (``max_workers`` of them, N by default;
     processes start with ``mp_context``, "spawn" by default: safe with threads
@@ -179,12 +284,20 @@ def minimize(
     still out when the run ends are cancelled). The defaults (None) wait for
     all N.
 
-    Errors: ValueError for bad arguments (naming them). The exception the
-    objective raised at the lowest-numbered failing point is re-raised as it
-    is; an evaluation the executor could not deliver (shut down, a worker
-    that died, an objective it cannot pickle, a cancelled future) raises
-    :class:`optex.EvaluationError`. Either way the engine is unchanged and
-    its round pending, so that passing it as ``x0`` retries.
+    Errors: ValueError for bad arguments (naming them; every value that
+    passes runs: ``round_timeout`` may be any number > 0, ``math.inf``
+    included, ``max_iters`` any int >= 0). ``min_results`` or a finite
+    ``round_timeout`` with the verified mode is a ValueError: its commit needs
+    every row. ValueError for a loss or gradient outside the rule above
+    (naming the point and the value). The exception the objective raised at
+    the lowest-numbered failing point is re-raised as it is; an evaluation
+    the executor could not deliver (shut down, a worker that died, an
+    objective it cannot pickle, a cancelled future) raises
+    :class:`optex.EvaluationError`; a round none of whose N pairs can be
+    committed (every loss or gradient non-finite) raises
+    :class:`optex.NonFiniteRoundError`, an EvaluationError. In each case the
+    engine is unchanged and its round pending (``err.engine``), so that
+    passing it as ``x0`` retries the round and continues the run.
     """
     own_pool = isinstance(workers, str)
     if own_pool and workers not in ("threads", "processes"):
@@ -197,14 +310,7 @@ def minimize(
             "workers: must be 'threads', 'processes' or a concurrent.futures.Executor, got "
             + type(workers).__name__
         )
-    if not (isinstance(max_iters, int) and max_iters >= 0):
-        raise ValueError(f"max_iters: must be an int >= 0, got {max_iters!r}")
-    if math.isnan(target_loss):
-        raise ValueError("target_loss: must not be NaN")
-    if not (grad_tol >= 0.0):
-        raise ValueError(f"grad_tol: must be >= 0, got {grad_tol!r}")
-    if max_workers is not None and not (isinstance(max_workers, int) and max_workers >= 1):
-        raise ValueError(f"max_workers: must be an int >= 1 or None, got {max_workers!r}")
+    _checked_stopping(max_iters, target_loss, grad_tol, max_workers)
     if not callable(fun_and_grad):
         raise ValueError("fun_and_grad: must be callable, got " + type(fun_and_grad).__name__)
     callbacks: list[Callback] = (
@@ -213,32 +319,35 @@ def minimize(
 
     engine = _engine(x0, optimizer, options, option_kwargs)
     n = engine.parallelism
-    _checked_partial_round(min_results, round_timeout, n)
+    _checked_partial_round(min_results, round_timeout, engine)
     # The sequential evaluations (target proxy steps, the final loss) use the
     # run's seed when the objective takes one.
     run_seed = int(engine.options.seed) if pass_seed else None
     if engine.options.proxy == "target":
-        engine.set_gradient_oracle(lambda x: evaluate_or_raise(fun_and_grad, x, run_seed))
+        engine.set_gradient_oracle(lambda x: _checked_evaluation(fun_and_grad, x, run_seed))
     grads = np.empty((n, engine.dim), dtype=np.float32)
     losses = np.empty(n, dtype=np.float64)
     history: list[float] = []
     stop_reason = "max_iters"
-    bar = _progress(progress, max_iters)
+    # max_iters bounds the engine's iteration count (nit), not this call's rounds:
+    # a run continued from an error stops where the uninterrupted run would.
+    rounds_left = max(0, max_iters - engine.iteration)
+    bar = _progress(progress, rounds_left)
     pool = _own_executor(workers, max_workers or n, mp_context) if own_pool else workers
-    rounds = RoundEvaluator(pool, fun_and_grad, engine, min_results, round_timeout)
+    timeout = None if round_timeout is None else _seconds(round_timeout)
+    rounds = RoundEvaluator(pool, fun_and_grad, engine, min_results, timeout)
     try:
-        for _ in range(max_iters):
+        while engine.iteration < max_iters:
             points = engine.ask()
             seeds = [int(s) for s in engine.seeds] if pass_seed else [None] * n
             rounds.evaluate(points, seeds, grads, losses)
-            info = engine.tell(grads, losses, drop_nonfinite=True)
+            info = _committed(engine, grads, losses)
             rounds.observe_late_results()
             history.append(info.loss)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{info.loss:.4g}", refresh=False)
-            asked = [bool(cb(info)) for cb in callbacks]
-            if any(asked):
+            if _asked_to_stop(callbacks, info):
                 stop_reason = "callback"
                 break
             if info.loss <= target_loss:
@@ -254,7 +363,7 @@ def minimize(
         if bar is not None:
             bar.close()
     x = engine.x
-    fun, _ = evaluate_or_raise(fun_and_grad, x, run_seed)
+    fun, _ = _checked_evaluation(fun_and_grad, x, run_seed)
     return OptimizeResult(
         x=x,
         fun=fun,

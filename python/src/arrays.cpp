@@ -72,14 +72,16 @@ std::string tuple_string(const std::vector<std::size_t>& values) {
 }  // namespace
 
 py::array float_array(py::handle obj, const char* name) {
-  const py::module_ numpy = py::module_::import("numpy");
   py::object converted;
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    // optex's one rule for values (python/optex/_values.py): real numbers only,
+    // read as float64; its ValueError names the element that is not one.
+    converted = py::module_::import("optex._values")
+                    .attr("real_list")(obj, py::str(std::string(name) + ":"));
+    return py::reinterpret_borrow<py::array>(converted);
+  }
   try {
-    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-      converted = numpy.attr("asarray")(obj, py::arg("dtype") = "float64");
-    } else {
-      converted = numpy.attr("asarray")(obj);
-    }
+    converted = py::module_::import("numpy").attr("asarray")(obj);
   } catch (py::error_already_set& e) {
     const std::string msg = std::string(name) + ": cannot be converted to a float array";
     py::raise_from(e, PyExc_ValueError, msg.c_str());

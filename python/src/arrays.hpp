@@ -3,8 +3,11 @@
 //
 // The rule, the same for every array argument (x0, grads, losses, problem
 // points): an array-like must become a float32 or float64 numpy array. Lists
-// and tuples are converted to float64 first (they carry no dtype); anything
-// else goes through numpy.asarray() and must already be float32 or float64:
+// and tuples (nested or not) must hold real numbers and are read as float64
+// (they carry no dtype; optex._values.real_list, the rule minimize and plan
+// apply too: a bool, str, bytes, complex or None element is refused, naming
+// it); anything else goes through numpy.asarray() and must already be float32
+// or float64:
 // integer, bool, float16 or complex arrays are refused rather than cast,
 // because a gradient of such a dtype is almost always a bug upstream.
 #pragma once

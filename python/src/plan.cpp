@@ -26,11 +26,11 @@ namespace {
 constexpr std::uint64_t kObjectivePointSeed = 0x6f626a;  // "obj"
 
 // What the objective's first call returned, checked as optex.minimize checks
-// a gradient (minimize.py's _checked_gradient) and stricter: a (loss,
-// gradient) pair; a gradient of float32 or float64 (a list or tuple read as
-// float64; an integer or float16 array refused, never cast) and of shape
-// (dim,); the loss a real number; both finite (the point is in [-1, 1]: an
-// objective that returns NaN there times a failure, not a gradient).
+// a result (optex._values: the loss a real number; a gradient of float32 or
+// float64, a list or tuple of real numbers read as float64, an integer or
+// float16 array refused, never cast, of shape (dim,)) and stricter: both
+// finite (the point is in [-1, 1]: an objective that returns NaN there times
+// a failure, not a gradient).
 void check_objective_result(const py::object& result, std::size_t dim) {
   const std::string shape_text =
       "(loss, gradient) with a gradient of " + std::to_string(dim) + " entries";
@@ -41,41 +41,20 @@ void check_objective_result(const py::object& result, std::size_t dim) {
   }
   const py::object loss_object = result[py::int_(0)];
   const py::object grad_object = result[py::int_(1)];
-  const py::module_ np = py::module_::import("numpy");
-  double loss = 0.0;
-  try {
-    loss = py::float_(loss_object).cast<double>();
-  } catch (const py::error_already_set&) {
-    throw std::invalid_argument("objective: the loss it returned is not a real number: " +
-                                py::repr(loss_object).cast<std::string>());
-  }
+  // optex's one rule for values (python/optex/_values.py), as optex.minimize
+  // applies it; its ValueError names the value.
+  const py::module_ values = py::module_::import("optex._values");
+  const double loss =
+      values.attr("real_loss")(loss_object, "objective: the loss it returned").cast<double>();
   if (!std::isfinite(loss)) {
     throw std::invalid_argument("objective: the loss it returned at a point in [-1, 1] is " +
                                 py::repr(py::float_(loss)).cast<std::string>() +
                                 "; the planner times a finite evaluation");
   }
-  py::array grad;
-  try {
-    grad = py::isinstance<py::list>(grad_object) || py::isinstance<py::tuple>(grad_object)
-               ? np.attr("asarray")(grad_object, py::arg("dtype") = "float64")
-               : np.attr("asarray")(grad_object);
-  } catch (const py::error_already_set&) {
-    throw std::invalid_argument(
-        "objective: the gradient it returned cannot be converted to a "
-        "float array");
-  }
-  const py::dtype dtype = grad.dtype();
-  if (!dtype.is(py::dtype::of<float>()) && !dtype.is(py::dtype::of<double>())) {
-    throw std::invalid_argument("objective: the gradient it returned has dtype " +
-                                py::str(dtype).cast<std::string>() +
-                                ", which is not supported: return float32 or float64 (for example "
-                                "grad.astype(numpy.float32))");
-  }
-  if (grad.ndim() != 1 || static_cast<std::size_t>(grad.size()) != dim) {
-    throw std::invalid_argument("objective: must return " + shape_text +
-                                ", got a gradient of shape " +
-                                py::str(py::tuple(grad.attr("shape"))).cast<std::string>());
-  }
+  const py::array grad =
+      values.attr("real_gradient")(grad_object, dim, "objective: the gradient it returned")
+          .cast<py::array>();
+  const py::module_ np = py::module_::import("numpy");
   const py::array bad = np.attr("flatnonzero")(np.attr("logical_not")(np.attr("isfinite")(grad)));
   if (bad.size() > 0) {
     const py::object first = bad.attr("__getitem__")(0);

@@ -78,3 +78,8 @@ class Unpicklable:
 
     def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         return problems.Rosenbrock().value_and_grad(x)
+
+
+def returns_string_loss(x: np.ndarray) -> tuple[str, np.ndarray]:
+    """A loss that is not a real number (refused by optex's rule for values)."""
+    return "abc", rosenbrock(x)[1]

@@ -38,7 +38,10 @@ def started(n: int = 3, d: int = 5, iterations: int = 2) -> optex.OptEx:
         (np.arange(3), ValueError, "x0: dtype int64 is not supported"),
         (np.zeros(3, dtype=np.float16), ValueError, "x0: dtype float16 is not supported"),
         (np.zeros(3, dtype=complex), ValueError, "x0: dtype complex128 is not supported"),
-        (["a", "b"], ValueError, "x0: cannot be converted to a float array"),
+        (["a", "b"], ValueError, r"x0: must hold real numbers, got 'a' \(str\) at index \(0,\)"),
+        (["1.0", "2.0"], ValueError, r"x0: must hold real numbers, got '1.0' \(str\)"),
+        ([1.0, True], ValueError, r"x0: must hold real numbers, got True \(bool\) at index \(1,\)"),
+        ([[1.0], [2.0, 3.0]], ValueError, "x0: cannot be converted to a float array"),
     ],
 )
 def test_bad_x0(x0, error, message) -> None:
@@ -309,7 +312,10 @@ def good_batch(opt: optex.OptEx):
         (lambda g, l: (np.repeat(g, 2, axis=1)[:, ::2], l), ValueError,
          "grads: the array is not C-contiguous"),
         (lambda g, l: (g, np.repeat(l, 2)[::2]), ValueError, "losses: the array is not C-contiguous"),
-        (lambda g, l: ([["x"] * 5] * 3, l), ValueError, "grads: cannot be converted to a float array"),
+        (lambda g, l: ([["x"] * 5] * 3, l), ValueError,
+         r"grads: must hold real numbers, got 'x' \(str\) at index \(0, 0\)"),
+        (lambda g, l: ([[0.0] * 5, [0.0] * 4, [0.0] * 5], l), ValueError,
+         "grads: cannot be converted to a float array"),
         (lambda g, l: (None, l), ValueError, "grads: dtype object is not supported"),
         (lambda g, l: (with_value(g, (1, 2), np.nan), l), ValueError,
          r"grads: row 1, column 2 is nan \(must be finite; pass drop_nonfinite=True"),

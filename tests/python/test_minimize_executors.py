@@ -171,7 +171,7 @@ def test_a_cancelled_future_is_an_evaluation_error() -> None:
 def test_a_continued_engine_keeps_its_own_configuration() -> None:
     engine = engine_for_retry()
     first = optex.minimize(rosenbrock, engine, max_iters=5)
-    second = optex.minimize(rosenbrock, engine, max_iters=7)
+    second = optex.minimize(rosenbrock, engine, max_iters=12)  # max_iters bounds nit: 7 more
     whole = optex.minimize(rosenbrock, X0, **RUN)
     assert same_bits(second.x, whole.x) and second.nit == 12
     assert first.loss_history + second.loss_history == whole.loss_history

@@ -162,9 +162,9 @@ def test_a_dead_worker_in_an_awaited_row_leaves_the_round_pending_for_a_retry() 
     # The retry evaluates those same points first, then continues the run.
     retry = Recorded()
     retried = optex.minimize(retry, opt, workers=VirtualClockExecutor(N, lambda t, w: 1.0),
-                             max_iters=5)
+                             max_iters=6)  # the run's budget: 5 rounds after the pending one
     assert all(same_bits(retry.points[i], pending[i]) for i in range(N))
-    assert retried.nit == 6 and retried.n_dropped == 0
+    assert retried.nit == 6 and len(retried.loss_history) == 5 and retried.n_dropped == 0
 
 
 def test_a_dead_worker_in_a_late_row_is_ignored() -> None:

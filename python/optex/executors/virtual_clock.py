@@ -106,10 +106,18 @@ class _Task:
         self.failed = False
 
 
+def _as_float(value: numbers.Real) -> float:
+    """float(value), an int beyond the float range as an infinity of its sign."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _check_positive_finite(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: must be a real number, got {type(value).__name__}")
-    value = float(value)
+    value = _as_float(value)
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
     return value
@@ -175,7 +183,7 @@ class VirtualClockExecutor(Executor):
             sigma = 0.0
         if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real):
             raise TypeError(f"sigma: must be a real number >= 0, got {type(sigma).__name__}")
-        if not (math.isfinite(float(sigma)) and float(sigma) >= 0.0):
+        if not (math.isfinite(_as_float(sigma)) and sigma >= 0.0):
             raise ValueError(f"sigma: must be a finite number >= 0, got {sigma!r}")
         self._sigma = float(sigma)
         self._slow: dict[int, float] = {}
@@ -204,7 +212,10 @@ class VirtualClockExecutor(Executor):
         self._now = 0.0
         self._tasks: list[_Task] = []
         self._queue: collections.deque[_Task] = collections.deque()
-        self._free = list(range(self._workers))  # a heap: the lowest-numbered free worker first
+        # The free workers: those freed again (a heap), and every worker from
+        # _unused on, never used yet (so that any number of workers costs nothing).
+        self._free: list[int] = []
+        self._unused = 0
         self._events: list[tuple[float, int, _Task]] = []  # (finish, task number, task)
         self._shutdown = False
         self._in_task = 0
@@ -259,7 +270,7 @@ class VirtualClockExecutor(Executor):
             chunksize: int = 1) -> Iterator[Any]:
         """``Executor.map`` on the virtual clock: ``timeout`` in virtual seconds from the call."""
         futures = [self.submit(fn, *args) for args in zip(*iterables)]
-        deadline = None if timeout is None else self.virtual_time() + float(timeout)
+        deadline = None if timeout is None else self.virtual_time() + _as_float(timeout)
 
         def results() -> Iterator[Any]:
             try:
@@ -294,7 +305,7 @@ class VirtualClockExecutor(Executor):
         """Moves the clock forward by ``seconds`` (>= 0), starting and finishing tasks on the way."""
         if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
             raise TypeError(f"advance: seconds must be a number, got {type(seconds).__name__}")
-        seconds = float(seconds)
+        seconds = _as_float(seconds)
         if not (math.isfinite(seconds) and seconds >= 0.0):
             raise ValueError(f"advance: seconds must be a finite number >= 0, got {seconds!r}")
         with self._lock:
@@ -325,7 +336,7 @@ class VirtualClockExecutor(Executor):
             if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
                 raise TypeError(f"timeout: must be a number of seconds or None, got "
                                 f"{type(timeout).__name__}")
-            timeout = float(timeout)
+            timeout = _as_float(timeout)
             if math.isnan(timeout):
                 raise ValueError("timeout: must not be NaN")
             timeout = max(0.0, timeout)  # as concurrent.futures.wait: a negative timeout is 0
@@ -378,16 +389,20 @@ class VirtualClockExecutor(Executor):
 
     def _dispatch(self) -> None:
         """Every free worker takes the head of the queue, the lowest-numbered worker first."""
-        while self._free and self._queue:
+        while self._queue and (self._free or self._unused < self._workers):
             task = self._queue[0]
             if task.future.cancelled():
                 self._queue.popleft()
                 task.fn = task.args = task.kwargs = None  # type: ignore[assignment]
                 continue
-            worker = self._free[0]
+            # Freed workers are below _unused: the heap's head, if any, is the lowest.
+            worker = self._free[0] if self._free else self._unused
             seconds = self._task_duration(task.number, worker)  # may raise: the task stays queued
             self._queue.popleft()
-            heapq.heappop(self._free)
+            if self._free:
+                heapq.heappop(self._free)
+            else:
+                self._unused += 1
             if not task.future.set_running_or_notify_cancel():  # cancelled meanwhile
                 heapq.heappush(self._free, worker)
                 task.fn = task.args = task.kwargs = None  # type: ignore[assignment]
@@ -431,7 +446,7 @@ class VirtualClockExecutor(Executor):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"duration({number}, {worker}): task {number}'s duration must be a "
                                 f"number of seconds, got {type(value).__name__}")
-            seconds = float(value)
+            seconds = _as_float(value)
             if not (math.isfinite(seconds) and seconds >= 0.0):
                 raise ValueError(f"duration({number}, {worker}): task {number}'s duration must be a "
                                  f"finite number >= 0, got {seconds!r}")
