@@ -27,7 +27,11 @@ GradientOracle python_oracle(py::object fn, std::size_t dim) {
       throw py::type_error("gradient_oracle: must return a tuple (loss, grad), got " +
                            py::repr(result).cast<std::string>());
     }
-    const double loss = result[py::int_(0)].cast<double>();
+    // optex's one rule for values (python/optex/_values.py): a real number.
+    const double loss =
+        py::module_::import("optex._values")
+            .attr("real_loss")(result[py::int_(0)], "gradient_oracle: the loss it returned")
+            .cast<double>();
     py::array grad = float_array(result[py::int_(1)], "gradient_oracle's grad");
     require_shape(grad, "gradient_oracle's grad", {dim});
     grad = py::module_::import("numpy").attr("ascontiguousarray")(grad);

@@ -323,3 +323,34 @@ def test_plan_takes_every_real_loss(kind: int) -> None:
     plan = optex.plan(D, 2, 4, objective=lambda x: (ACCEPTED_LOSSES[kind](1.5), x),
                       round_timer=timers.round, step_timer=timers.step)
     assert math.isfinite(plan.expected_round_seconds)
+
+
+# ---- OptEx.set_gradient_oracle (proxy='target') -------------------------------------------
+
+
+@pytest.mark.parametrize("loss, shown", REFUSED_LOSSES[:10],
+                         ids=[f"loss{i}" for i in range(10)])
+def test_the_gradient_oracle_loss_follows_the_rule(loss, shown: str) -> None:
+    engine = optex.OptEx(X0, optex.Sgd(lr=0.01), parallelism=3, proxy="target")
+    engine.set_gradient_oracle(lambda x: (loss, rosenbrock(x)[1]))
+    with pytest.raises(ValueError, match="^gradient_oracle: the loss it returned must be a real "
+                       "number") as refused:
+        engine.ask()
+    assert re.search(shown, str(refused.value)), str(refused.value)
+    assert not engine.pending and engine.iteration == 0
+
+
+def test_the_gradient_oracle_takes_real_losses_and_lists_as_floats() -> None:
+    def run(oracle) -> np.ndarray:
+        engine = optex.OptEx(X0, optex.Sgd(lr=0.001), parallelism=3, proxy="target")
+        engine.set_gradient_oracle(oracle)
+        g, l = asked(engine)
+        engine.tell(g, l)
+        return engine.x
+
+    plain = run(lambda x: (float(rosenbrock(x)[0]), np.asarray(rosenbrock(x)[1], np.float64)))
+    other = run(lambda x: (np.array([rosenbrock(x)[0]]), [float(v) for v in rosenbrock(x)[1]]))
+    assert same_bits(plain, other)
+    with pytest.raises(ValueError, match=r"^gradient_oracle's grad: must hold real numbers, got "
+                       r"'1.0' \(str\)"):
+        run(lambda x: (1.0, ["1.0"] * D))
