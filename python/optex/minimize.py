@@ -6,8 +6,14 @@ or any concurrent.futures.Executor (Dask, Ray, mpi4py.futures, ...).
     res.x, res.fun, res.nit, res.n_gradient_evaluations, res.stop_reason
 
 ``fun_and_grad(x) -> (loss, grad)`` receives one point, a read-only float32 (d,)
-array, and returns the loss and the gradient, the convention of
-``scipy.optimize.minimize(..., jac=True)``. The loss is a real number (int,
+array of its own, and returns the loss and the gradient, the convention of
+``scipy.optimize.minimize(..., jac=True)``. It may keep ``x`` (a memo, a log):
+each call gets a copy that nothing rewrites, on every executor. It may return
+a buffer it reuses for every gradient: minimize copies the gradient (and
+consumes the loss) on the worker the moment the objective returns (calls
+that run at once on threads share such a buffer unsafely: use one per
+thread, or ``max_workers=1``). The two copies cost O(N d) per round next to
+the round's O(N T0 d); on the 2-core development VM, COPY_COST_FIGURE. The loss is a real number (int,
 float, a numpy real scalar, a 0-d or one-element array or tensor); the gradient
 a float32 or float64 array of shape (d,), or a list or tuple of d real numbers
 (optex's one rule for values, _values.py; the same as :meth:`OptEx.tell`'s).
@@ -161,8 +167,7 @@ def _checked_stopping(max_iters: Any, target_loss: Any, grad_tol: Any,
     passes runs: every comparison below is exact for ints of any size."""
     if not (_is_int(max_iters) and max_iters >= 0):
         raise ValueError(f"max_iters: must be an int >= 0, got {max_iters!r}")
-    if not (_is_real(target_loss) and not (isinstance(target_loss, float) and
-                                           math.isnan(target_loss))):
+    if not (_is_real(target_loss) and target_loss == target_loss):  # NaN != NaN
         raise ValueError(f"target_loss: must be a real number (not NaN), got {target_loss!r}")
     if not (_is_real(grad_tol) and grad_tol >= 0):  # NaN fails the comparison
         raise ValueError(f"grad_tol: must be a real number >= 0, got {grad_tol!r}")
@@ -290,10 +295,15 @@ def minimize(
     ``round_timeout`` with the verified mode is a ValueError: its commit needs
     every row. ValueError for a loss or gradient outside the rule above
     (naming the point and the value). The exception the objective raised at
-    the lowest-numbered failing point is re-raised as it is; an evaluation
+    the lowest-numbered failing point is re-raised as it is, on every executor
+    (KeyboardInterrupt, SystemExit and GeneratorExit too); an evaluation
     the executor could not deliver (shut down, a worker that died, an
     objective it cannot pickle, a cancelled future) raises
-    :class:`optex.EvaluationError`; a round none of whose N pairs can be
+    :class:`optex.EvaluationError`; an executor that breaks the Future
+    contract (``submit`` returns something that is not a
+    ``concurrent.futures.Future``, a future's result is None or not the
+    evaluation) raises a TypeError naming the executor's type and what it
+    returned (:class:`optex.ExecutorContractError`, also an EvaluationError); a round none of whose N pairs can be
     committed (every loss or gradient non-finite) raises
     :class:`optex.NonFiniteRoundError`, an EvaluationError. In each case the
     engine is unchanged and its round pending (``err.engine``), so that

@@ -265,6 +265,7 @@ def test_huge_stopping_values_run() -> None:
         (dict(max_iters=-1), "max_iters"),
         (dict(max_iters="3"), "max_iters"),
         (dict(target_loss=math.nan), "target_loss"),
+        (dict(target_loss=np.float32("nan")), "target_loss"),
         (dict(target_loss="1"), "target_loss"),
         (dict(target_loss=None), "target_loss"),
         (dict(target_loss=True), "target_loss"),
