@@ -242,9 +242,13 @@ TEST(BadInput, SelectionInterval) {
   ExpectConstructorRejects([&] { return Engine(kX0, Adam{}, o); }, {"selection_interval", "0"});
 }
 
+// torch.optim's bound, lr >= 0, plus finiteness: 0 (where schedules start and end) is
+// accepted, a negative, NaN or infinite one is not.
 TEST(BadInput, LearningRate) {
-  for (auto [value, text] : {std::pair{0.0, "0"}, std::pair{kNaN, "nan"}, std::pair{kInf, "inf"},
-                             std::pair{-0.1, "-0.1"}}) {
+  EXPECT_NO_THROW(Engine(kX0, Sgd{.lr = 0.0}, Options{}));
+  EXPECT_NO_THROW(Engine(kX0, Adam{.lr = 0.0}, Options{}));
+  for (auto [value, text] : {std::pair{-1e-300, "-1e-300"}, std::pair{kNaN, "nan"},
+                             std::pair{kInf, "inf"}, std::pair{-0.1, "-0.1"}}) {
     SCOPED_TRACE(text);
     ExpectConstructorRejects([&] { return Engine(kX0, Sgd{.lr = value}, Options{}); },
                              {"lr", text});
@@ -267,14 +271,41 @@ TEST(BadInput, OtherHyperparameters) {
                            {"beta1", "1"});
   ExpectConstructorRejects([] { return Engine(kX0, Adam{.beta2 = -0.5}, Options{}); },
                            {"beta2", "-0.5"});
-  ExpectConstructorRejects([] { return Engine(kX0, Adam{.eps = 0.0}, Options{}); }, {"eps", "0"});
-  ExpectConstructorRejects([] { return Engine(kX0, Sgd{.momentum = 1.5}, Options{}); },
-                           {"momentum", "1.5"});
+  ExpectConstructorRejects([] { return Engine(kX0, Adam{.eps = -1e-8}, Options{}); },
+                           {"eps", "-1e-08"});
+  ExpectConstructorRejects([] { return Engine(kX0, Sgd{.momentum = -0.5}, Options{}); },
+                           {"momentum", "-0.5"});
+  // torch.optim's bounds accept eps 0 and momentum of 1 or more.
+  EXPECT_NO_THROW(Engine(kX0, Adam{.eps = 0.0}, Options{}));
+  EXPECT_NO_THROW(Engine(kX0, Sgd{.momentum = 1.5}, Options{}));
   // Nesterov needs momentum.
   ExpectConstructorRejects([] { return Engine(kX0, Sgd{.nesterov = true}, Options{}); },
                            {"momentum"});
   ExpectConstructorRejects([] { return Engine(kX0, Sgd{.weight_decay = -1.0}, Options{}); },
                            {"weight_decay", "-1"});
+}
+
+// eps = 0 is accepted, as torch.optim accepts it; a coordinate whose gradient has been 0
+// from the start then steps 0 / 0 (torch.optim writes NaN into the parameter, at lr 0 too).
+// The engine refuses that step by its non-finite rules: no pair can be committed, tell()
+// throws and changes nothing, and the round commits once the gradient is non-zero there.
+TEST(BadInput, EpsZeroStepsZeroOverZeroAndTheNonFiniteRulesRefuseIt) {
+  for (const double lr : {0.1, 0.0}) {
+    SCOPED_TRACE(lr);
+    Engine e(kX0, Adam{.lr = lr, .eps = 0.0}, WithN(2));
+    Batch& b = e.ask();
+    for (int i = 0; i < b.size(); ++i) {
+      b.loss(i) = 1.0;
+      for (std::size_t j = 0; j < kX0.size(); ++j) b.grad(i)[j] = j == 0 ? 0.0f : 1.0f;
+    }
+    const Snapshot before(e);
+    EXPECT_TRUE(ThrowsWith<std::runtime_error>([&] { e.tell(b); }, {"committed"}));
+    EXPECT_TRUE(Unchanged(before, e));
+    for (int i = 0; i < b.size(); ++i) b.grad(i)[0] = 0.5f;
+    e.tell(b);
+    for (float v : e.iterate()) EXPECT_TRUE(std::isfinite(v));
+    EXPECT_EQ(e.iterate()[0] == kX0[0], lr == 0.0);
+  }
 }
 
 TEST(BadInput, OptimizerRangeSizesThatWrapAround) {

@@ -1164,7 +1164,7 @@ TEST_P(EngineBadInput, RefusedSetOptimizerChangesNothing) {
       {"lion",
        Lion{.lr = 1e-3, .weight_decay = 0.1},
        {
-           {"lr * weight_decay >= 1", Lion{.lr = 1e-3, .weight_decay = 2000.0}},
+           {"a negative lr", Lion{.lr = -1e-3, .weight_decay = 0.1}},
            {"another kind", RmsProp{}},
        }},
   };

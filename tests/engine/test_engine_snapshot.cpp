@@ -309,7 +309,7 @@ TEST(EngineSnapshotValidation, OptionsOptimizerAndOffsetsAreChecked) {
                        [](auto& s) {
                          s.optimizer = OptimizerRanges{{2, Adam{}}, {3, Adam{.lr = -1.0}}};
                        }),
-                {F::optimizer, -1, {}, "range 1: lr: must be finite and > 0, got -1"});
+                {F::optimizer, -1, {}, "range 1: lr: must be finite and >= 0, got -1"});
   // A huge range that wraps the sum around to the dimension.
   ExpectRefused(Edited(Good(),
                        [](auto& s) {
@@ -325,6 +325,33 @@ TEST(EngineSnapshotValidation, OptionsOptimizerAndOffsetsAreChecked) {
   EXPECT_NO_THROW(validate(Edited(Good(), [](auto& s) {
     s.optimizer = OptimizerRanges{{2, Adam{}, s.state.step}, {3, Adam{}, 1}};
   })));
+  // torch.optim's boundary values load: lr 0 (a schedule's first or last step), betas 0,
+  // weight decay 0, and an eps of 0 where the state's second moment is positive.
+  EXPECT_NO_THROW(validate(Edited(Good(), [](auto& s) {
+    s.optimizer = OptimizerRanges{{2, Adam{.lr = 0.0, .beta1 = 0.0, .beta2 = 0.0}},
+                                  {3, Adam{.lr = 0.0, .eps = 0.0}}};
+  })));
+}
+
+// An engine saved in the middle of rounds at lr 0 resumes them, and the schedule after
+// them, bit for bit.
+TEST(EngineSnapshot, RoundsAtLearningRateZeroResumeBitForBit) {
+  const std::vector<float> x0 = UniformStart(5, 4);
+  const auto lr_at = [](int t) { return t < 4 ? 0.0 : 0.01 * (t - 3); };
+  Engine whole(x0, Adam{.lr = 0.0}, With(4, 8, 3));
+  Engine first(x0, Adam{.lr = 0.0}, With(4, 8, 3));
+  for (int t = 0; t < 8; ++t) {
+    whole.set_optimizer(Adam{.lr = lr_at(t)});
+    Step(whole);
+  }
+  for (int t = 0; t < 3; ++t) Step(first);
+  EXPECT_TRUE(BitEqual(first.iterate(), x0));
+  Engine resumed = Engine::from_snapshot(first.snapshot());
+  for (int t = 3; t < 8; ++t) {
+    resumed.set_optimizer(Adam{.lr = lr_at(t)});
+    Step(resumed);
+  }
+  EXPECT_TRUE(SameEngine(resumed, whole));
 }
 
 TEST(EngineSnapshotValidation, IterateAndStateAreChecked) {

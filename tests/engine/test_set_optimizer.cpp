@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -138,7 +141,14 @@ TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
     EXPECT_EQ(engine.optimizer(), Optimizer(Sgd{.lr = 1e-2}));
     EXPECT_TRUE(SameEngine(engine, twin));
   };
-  expect_refused(Sgd{.lr = -1.0}, "lr: must be finite and > 0, got -1", false);
+  expect_refused(Sgd{.lr = -1.0}, "lr: must be finite and >= 0, got -1", false);
+  expect_refused(Sgd{.lr = std::numeric_limits<double>::quiet_NaN()},
+                 "lr: must be finite and >= 0, got nan", false);
+  expect_refused(Sgd{.lr = std::numeric_limits<double>::infinity()},
+                 "lr: must be finite and >= 0, got inf", false);
+  expect_refused(Sgd{.lr = 1e39}, "lr: must be at most 3.40282e+38", false);
+  expect_refused(Sgd{.lr = 1e-2, .weight_decay = -0.5},
+                 "weight_decay: must be finite and >= 0, got -0.5", false);
   expect_refused(Adam{.lr = 1e-2}, "optimizer: adam cannot replace sgd", false);
   expect_refused(Sgd{.lr = 1e-2, .momentum = 0.9}, "momentum: 0.9 cannot replace 0", false);
   Engine adam(x0, Adam{}, WithN(2));
@@ -162,6 +172,157 @@ TEST(SetOptimizer, RefusalsLeaveTheEngineUnchanged) {
     for (int i = 0; i < b.size(); ++i) b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
   }
   expect_refused(Sgd{.lr = 5e-3}, "set_optimizer: between ask() and tell()", true);
+}
+
+// ---- a learning rate of exactly 0 ---------------------------------------------------
+
+// torch.optim's schedules that reach lr 0 exactly: a linear warmup from 0
+// (LambdaLR(opt, lambda s: min(1, s / 5))), then CosineAnnealingLR(T_max = 6,
+// eta_min = 0) down to 0, where the run stays.
+double WarmupThenCosine(double base, int t) {
+  constexpr int kWarmup = 5;
+  constexpr int kTMax = 6;
+  if (t < kWarmup) return base * static_cast<double>(t) / kWarmup;
+  const int k = t - kWarmup;
+  if (k >= kTMax) return 0.0;
+  return base * (1.0 + std::cos(std::numbers::pi * k / kTMax)) / 2.0;
+}
+
+std::vector<Optimizer> EveryKind() {
+  return {Sgd{.lr = 1e-3},
+          Sgd{.lr = 1e-3, .momentum = 0.9, .nesterov = true, .weight_decay = 0.1},
+          Adam{.lr = 1e-2},
+          adamw(1e-2, 0.1),
+          RmsProp{.lr = 1e-3, .weight_decay = 0.1, .momentum = 0.5, .centered = true},
+          Lion{.lr = 1e-3, .weight_decay = 0.1}};
+}
+
+// With N = 1 an engine under a schedule that starts and ends at lr 0 is the plain optimizer
+// under it, bit for bit: at lr 0 the iterate stays, the state advances (torch.optim's step).
+TEST(LearningRateZero, ScheduleWithParallelismOneIsThePlainScheduledOptimizer) {
+  const problems::Rosenbrock f;
+  const std::vector<float> x0 = UniformStart(16, 3, -0.5, 0.5);
+  ASSERT_EQ(WarmupThenCosine(1.0, 0), 0.0);
+  ASSERT_EQ(WarmupThenCosine(1.0, 11), 0.0);
+  for (const Optimizer& opt : EveryKind()) {
+    SCOPED_TRACE(std::string(optimizer_name(opt)));
+    const double lr0 = std::visit([](const auto& o) { return o.lr; }, opt);
+    Engine engine(x0, WithLr(opt, 0.0), WithN(1));
+    std::vector<float> x = x0;
+    std::vector<float> g(x.size());
+    OptimizerState s = init_state(opt, x.size());
+    for (int t = 0; t < 14; ++t) {
+      const Optimizer scheduled = WithLr(opt, WarmupThenCosine(lr0, t));
+      engine.set_optimizer(scheduled);
+      Batch& b = engine.ask();
+      b.loss(0) = f.EvaluateWithGradient(b.point(0), b.grad(0));
+      engine.tell(b);
+      f.EvaluateWithGradient(x, g);
+      const std::vector<float> before = x;
+      apply_step(scheduled, x, s, g);
+      if (WarmupThenCosine(lr0, t) == 0.0) {
+        ASSERT_TRUE(BitEqual(x, before)) << "step " << t;
+      }
+      ASSERT_TRUE(BitEqual(engine.iterate(), x)) << "step " << t;
+      ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "step " << t;
+    }
+    EXPECT_FALSE(SameBits(engine.iterate(), x0));  // the steps between moved it
+    EXPECT_EQ(engine.optimizer_state().step, 14);
+  }
+}
+
+// In the verified mode at tolerance 0, a round at lr 0 commits all N steps (every guess is
+// the iterate, and so is every replayed step): N torch.optim steps at lr 0 with the true
+// gradients there. The iterate stays bit for bit; the state is N * rounds sequential steps.
+TEST(LearningRateZero, VerifiedRoundsAreNSequentialStepsThatKeepTheIterate) {
+  const problems::Rosenbrock f;
+  const std::vector<float> x0 = UniformStart(16, 4, -0.5, 0.5);
+  constexpr int kN = 4;
+  for (const Optimizer& base : EveryKind()) {
+    SCOPED_TRACE(std::string(optimizer_name(base)));
+    const Optimizer opt = WithLr(base, 0.0);
+    Engine engine(x0, opt, Options::verified(kN));
+    std::vector<float> x = x0;
+    std::vector<float> g(x.size());
+    OptimizerState s = init_state(opt, x.size());
+    for (int round = 0; round < 3; ++round) {
+      Batch& b = engine.ask();
+      for (int i = 0; i < b.size(); ++i) {
+        ASSERT_TRUE(BitEqual(b.point(i), x0)) << "round " << round << " point " << i;
+        b.loss(i) = f.EvaluateWithGradient(b.point(i), b.grad(i));
+      }
+      EXPECT_EQ(engine.tell(b).committed_steps, kN);
+      for (int k = 0; k < kN; ++k) {
+        f.EvaluateWithGradient(x, g);
+        apply_step(opt, x, s, g);
+      }
+      ASSERT_TRUE(BitEqual(engine.iterate(), x0)) << "round " << round;
+      ASSERT_TRUE(StateBitEqual(engine.optimizer_state(), s)) << "round " << round;
+    }
+  }
+}
+
+// OptEx rounds at lr 0 (N points, the GP's proxy steps) keep the iterate bit for bit while
+// the state advances, and feed the history pairs at that one point; a warmup that follows
+// then never throws, stays finite and is deterministic, under the options whose rules read
+// the history's distances or the last step (noise 0: the jitter; lengthscale selection with
+// a zero median distance; the trust region with a zero last step; the adaptive split; the
+// reference warm-up), on noise-free and noisy gradients.
+TEST(LearningRateZero, RoundsAtZeroThenAWarmupRunAndAreDeterministic) {
+  std::vector<std::pair<const char*, Options>> variants;
+  const auto add = [&](const char* name, Options o) { variants.emplace_back(name, o); };
+  add("defaults", WithN(4, 1));
+  Options noiseless = WithN(4, 1);
+  noiseless.noise = 0.0;
+  add("noise_0", noiseless);
+  Options likelihood = WithN(4, 1);
+  likelihood.lengthscale_selection = LengthscaleSelection::marginal_likelihood;
+  likelihood.noise = 0.0;
+  add("marginal_likelihood_noise_0", likelihood);
+  Options trust = WithN(4, 1);
+  trust.trust_region = 2.0;
+  trust.max_posterior_variance = 0.5;
+  trust.continue_from = ContinueFrom::best_loss;
+  add("trust_region_and_variance", trust);
+  add("adaptive", Options::adaptive(4));
+  add("reference", Options::reference(4));
+  Options small = WithN(6, 1);
+  small.history = 6;  // the ring holds nothing but pairs at the one point
+  add("history_6", small);
+
+  const std::vector<float> x0 = UniformStart(12, 7, -0.5, 0.5);
+  const problems::Rosenbrock rosenbrock;
+  const NoisyQuadratic noisy;
+  for (const bool noise : {false, true}) {
+    for (const auto& [name, options] : variants) {
+      SCOPED_TRACE(std::string(name) + (noise ? " noisy" : " noise-free"));
+      Engine engine(x0, Adam{.lr = 0.0}, options);
+      Engine twin(x0, Adam{.lr = 0.0}, options);
+      std::int64_t last_step = 0;
+      for (int t = 0; t < 16; ++t) {
+        const double lr = t < 8 ? 0.0 : 2e-2 * std::min(1.0, (t - 7) / 5.0);
+        for (Engine* e : {&engine, &twin}) {
+          e->set_optimizer(Adam{.lr = lr});
+          Batch& b = e->ask();
+          for (int i = 0; i < b.size(); ++i) {
+            b.loss(i) = noise ? noisy.EvaluateWithGradient(b.point(i), b.grad(i), b.seed(i))
+                              : rosenbrock.EvaluateWithGradient(b.point(i), b.grad(i));
+          }
+          ASSERT_NO_THROW(e->tell(b)) << "round " << t;
+        }
+        if (lr == 0.0) {
+          ASSERT_TRUE(BitEqual(engine.iterate(), x0)) << "round " << t;
+          const GradientHistory& h = engine.history();
+          for (std::size_t j = 0; j < h.size(); ++j) ASSERT_TRUE(BitEqual(h.point(j), x0));
+          EXPECT_GT(engine.optimizer_state().step, last_step) << "round " << t;
+          last_step = engine.optimizer_state().step;
+        }
+        for (float v : engine.iterate()) ASSERT_TRUE(std::isfinite(v)) << "round " << t;
+        ASSERT_TRUE(SameEngine(engine, twin)) << "round " << t;
+      }
+      EXPECT_FALSE(SameBits(engine.iterate(), x0));
+    }
+  }
 }
 
 // ---- per-range hyperparameters ------------------------------------------------
@@ -223,7 +384,7 @@ TEST(SetOptimizer, PerRangeRefusalsLeaveTheEngineUnchanged) {
   expect_refused(OptimizerRanges{{3, Sgd{}}, {5, Sgd{}}},
                  "range 1: momentum: 0 cannot replace 0.5");
   expect_refused(OptimizerRanges{{3, Sgd{.lr = -2.0}}, {5, Sgd{.momentum = 0.5}}},
-                 "range 0: lr: must be finite and > 0, got -2");
+                 "range 0: lr: must be finite and >= 0, got -2");
   expect_refused(OptimizerRanges{{3, Adam{}}, {5, Adam{}}},
                  "range 0: optimizer: adam cannot replace sgd");
   // Accepted: new values, same sizes and layouts.

@@ -71,9 +71,9 @@ TEST(OptimizerRanges, ShapeRulesAreCheckedWithMessagesNamingTheRange) {
   // A bad hyperparameter names its range when there are several, and only then.
   const OptimizerRanges bad{{3, Sgd{}}, {2, Sgd{.lr = std::nan("")}}};
   EXPECT_THAT(RefusalOf([&] { (void)bad.for_dimension(5); }),
-              HasSubstr("range 1: lr: must be finite and > 0, got nan"));
+              HasSubstr("range 1: lr: must be finite and >= 0, got nan"));
   EXPECT_EQ(RefusalOf([] { (void)OptimizerRanges(Sgd{.lr = -1.0}).for_dimension(5); }),
-            "lr: must be finite and > 0, got -1");
+            "lr: must be finite and >= 0, got -1");
   // Adam and AdamW are one kind: they may share an engine.
   EXPECT_EQ(RefusalOf([] {
               (void)OptimizerRanges({{2, Adam{}}, {3, optex::adamw()}});

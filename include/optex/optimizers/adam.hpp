@@ -30,19 +30,19 @@ struct Adam {
 
   static constexpr auto hyperparameters() {
     return std::tuple{
-        Hyperparameter<Adam, double>{"lr", &Adam::lr, Requirement::positive,
-                                     "Learning rate (> 0)."},
+        Hyperparameter<Adam, double>{"lr", &Adam::lr, Requirement::non_negative,
+                                     "Learning rate (>= 0; at 0 the state still advances)."},
         Hyperparameter<Adam, double>{"beta1", &Adam::beta1, Requirement::unit_interval,
                                      "Decay of the first moment, in [0, 1)."},
         Hyperparameter<Adam, double>{"beta2", &Adam::beta2, Requirement::unit_interval,
                                      "Decay of the second moment, in [0, 1)."},
-        Hyperparameter<Adam, double>{"eps", &Adam::eps, Requirement::positive,
-                                     "Added to the denominator (> 0)."},
+        Hyperparameter<Adam, double>{"eps", &Adam::eps, Requirement::non_negative,
+                                     "Added to the denominator (>= 0; at 0 a coordinate whose "
+                                     "moments are 0 gives 0 / 0, a step the engine refuses)."},
         Hyperparameter<Adam, double>{
             "weight_decay", &Adam::weight_decay, Requirement::non_negative,
             "Weight decay (>= 0): coupled L2 for Adam (adds weight_decay * x to the gradient), "
-            "decoupled for AdamW (x -= lr * weight_decay * x before each step; "
-            "lr * weight_decay < 1)."},
+            "decoupled for AdamW (x -= lr * weight_decay * x before each step)."},
         Hyperparameter<Adam, bool>{"decoupled_weight_decay", &Adam::decoupled_weight_decay,
                                    Requirement::flag, "AdamW's decoupled weight decay.",
                                    /*in_python=*/false},
@@ -61,11 +61,8 @@ struct Adam {
               Adam{.weight_decay = 1e-2, .decoupled_weight_decay = true}}}};
   }
 
-  void validate() const {
-    detail::check_hyperparameters(*this);
-    if (decoupled_weight_decay && lr * weight_decay >= 1.0)
-      detail::reject("weight_decay", weight_decay, "< 1 / lr with decoupled weight decay");
-  }
+  // torch.optim.Adam's and AdamW's bounds: lr, eps, weight_decay >= 0, betas in [0, 1).
+  void validate() const { detail::check_hyperparameters(*this); }
 
   // ---- state: the first and second moments ----
   static constexpr int kExpAvg = 0;

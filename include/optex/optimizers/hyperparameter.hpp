@@ -15,7 +15,10 @@
 
 namespace optex {
 
-// What a hyperparameter's value must satisfy.
+// What a hyperparameter's value must satisfy. The optimizers' bounds are
+// torch.optim's own (a learning rate of exactly 0 is an ordinary value that
+// schedules reach), plus finiteness and the float32 range, which torch does not
+// check: see docs/DESIGN.md section 9.
 enum class Requirement {
   positive,       // finite and > 0
   non_negative,   // finite and >= 0
@@ -50,7 +53,7 @@ struct PythonClass {
 
 namespace detail {
 
-// "lr: must be finite and > 0, got nan": throws std::invalid_argument.
+// "lr: must be finite and >= 0, got nan": throws std::invalid_argument.
 [[noreturn]] void reject(std::string_view name, double value, std::string_view requirement);
 
 // For cannot_become(): why momentum `next` cannot replace `current` in a running engine when

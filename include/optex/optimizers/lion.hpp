@@ -27,8 +27,8 @@ struct Lion {
 
   static constexpr auto hyperparameters() {
     return std::tuple{
-        Hyperparameter<Lion, double>{"lr", &Lion::lr, Requirement::positive,
-                                     "Learning rate (> 0); every coordinate moves by lr."},
+        Hyperparameter<Lion, double>{"lr", &Lion::lr, Requirement::non_negative,
+                                     "Learning rate (>= 0); every coordinate moves by lr."},
         Hyperparameter<Lion, double>{"beta1", &Lion::beta1, Requirement::unit_interval,
                                      "Interpolation of momentum and gradient in the update's "
                                      "sign, in [0, 1)."},
@@ -36,8 +36,7 @@ struct Lion {
                                      "Decay of the momentum, in [0, 1)."},
         Hyperparameter<Lion, double>{
             "weight_decay", &Lion::weight_decay, Requirement::non_negative,
-            "Decoupled weight decay (>= 0, lr * weight_decay < 1): x -= lr * weight_decay * x "
-            "before each step."},
+            "Decoupled weight decay (>= 0): x -= lr * weight_decay * x before each step."},
     };
   }
 
@@ -49,11 +48,9 @@ struct Lion {
               Lion{}}}};
   }
 
-  void validate() const {
-    detail::check_hyperparameters(*this);
-    if (lr * weight_decay >= 1.0)
-      detail::reject("weight_decay", weight_decay, "< 1 / lr (decoupled weight decay)");
-  }
+  // Not in torch.optim: the bounds of its nearest relative there, AdamW (lr and
+  // weight_decay >= 0, betas in [0, 1), no bound on lr * weight_decay).
+  void validate() const { detail::check_hyperparameters(*this); }
 
   // ---- state: the momentum ----
   static constexpr int kExpAvg = 0;

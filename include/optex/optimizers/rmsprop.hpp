@@ -29,17 +29,21 @@ struct RmsProp {
 
   static constexpr auto hyperparameters() {
     return std::tuple{
-        Hyperparameter<RmsProp, double>{"lr", &RmsProp::lr, Requirement::positive,
-                                        "Learning rate (> 0)."},
-        Hyperparameter<RmsProp, double>{"alpha", &RmsProp::alpha, Requirement::unit_interval,
-                                        "Decay of the squared-gradient average, in [0, 1)."},
-        Hyperparameter<RmsProp, double>{"eps", &RmsProp::eps, Requirement::positive,
-                                        "Added to the denominator (> 0)."},
+        Hyperparameter<RmsProp, double>{"lr", &RmsProp::lr, Requirement::non_negative,
+                                        "Learning rate (>= 0; at 0 the state still advances)."},
+        Hyperparameter<RmsProp, double>{
+            "alpha", &RmsProp::alpha, Requirement::non_negative,
+            "Decay of the squared-gradient average (>= 0, as torch.optim.RMSprop; "
+            "above 1 the average turns negative and every step it touches is refused)."},
+        Hyperparameter<RmsProp, double>{"eps", &RmsProp::eps, Requirement::non_negative,
+                                        "Added to the denominator (>= 0; at 0 a zero average "
+                                        "gives 0 / 0, a step the engine refuses)."},
         Hyperparameter<RmsProp, double>{
             "weight_decay", &RmsProp::weight_decay, Requirement::non_negative,
             "Coupled L2 weight decay (>= 0): adds weight_decay * x to the gradient."},
-        Hyperparameter<RmsProp, double>{"momentum", &RmsProp::momentum, Requirement::unit_interval,
-                                        "Momentum factor in [0, 1) on the scaled gradient."},
+        Hyperparameter<RmsProp, double>{
+            "momentum", &RmsProp::momentum, Requirement::non_negative,
+            "Momentum factor on the scaled gradient (>= 0, as torch.optim.RMSprop)."},
         Hyperparameter<RmsProp, bool>{"centered", &RmsProp::centered, Requirement::flag,
                                       "Divide by sqrt(E[g^2] - E[g]^2) instead of sqrt(E[g^2])."},
     };
@@ -54,6 +58,7 @@ struct RmsProp {
               RmsProp{}}}};
   }
 
+  // torch.optim.RMSprop's bounds: lr, alpha, eps, weight_decay, momentum >= 0.
   void validate() const { detail::check_hyperparameters(*this); }
 
   // ---- state: the squared average; the buffer and the gradient average where used ----

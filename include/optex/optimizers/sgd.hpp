@@ -30,9 +30,10 @@ struct Sgd {
 
   static constexpr auto hyperparameters() {
     return std::tuple{
-        Hyperparameter<Sgd, double>{"lr", &Sgd::lr, Requirement::positive, "Learning rate (> 0)."},
-        Hyperparameter<Sgd, double>{"momentum", &Sgd::momentum, Requirement::unit_interval,
-                                    "Momentum factor in [0, 1)."},
+        Hyperparameter<Sgd, double>{"lr", &Sgd::lr, Requirement::non_negative,
+                                    "Learning rate (>= 0; at 0 the state still advances)."},
+        Hyperparameter<Sgd, double>{"momentum", &Sgd::momentum, Requirement::non_negative,
+                                    "Momentum factor (>= 0, as torch.optim.SGD; < 1 to converge)."},
         Hyperparameter<Sgd, bool>{"nesterov", &Sgd::nesterov, Requirement::flag,
                                   "Nesterov momentum (needs momentum > 0)."},
         Hyperparameter<Sgd, double>{
@@ -50,7 +51,8 @@ struct Sgd {
               Sgd{}}}};
   }
 
-  // Throws std::invalid_argument naming the first bad hyperparameter.
+  // Throws std::invalid_argument naming the first bad hyperparameter. torch.optim.SGD's
+  // bounds: lr, momentum, weight_decay >= 0, and nesterov needs momentum > 0.
   void validate() const {
     detail::check_hyperparameters(*this);
     if (nesterov && momentum == 0.0)
