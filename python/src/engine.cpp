@@ -84,6 +84,15 @@ Not thread-safe: call one method at a time (a concurrent call from another
 thread raises RuntimeError). ask(), tell(), save() and load() release the GIL
 while the engine works.
 
+pickle, copy.deepcopy and copy.copy copy the engine between rounds: the copy
+continues the run bit for bit (iterate, optimizer state, history, lengthscale,
+random state, counters), independently of the original, so engines can be
+checkpointed, branched and shipped to Dask or Ray workers (any pickle
+protocol, out-of-band buffers included). The payload is state_arrays() with a
+checksum: a truncated one raises pickle's error, an altered one ValueError.
+Between ask() and tell(), and for a slice (shard=), they raise TypeError. A
+gradient oracle is not copied (as save() does not keep it): set it again.
+
 One slice of a sharded engine (DESIGN.md section 3): with shard=(d, offset,
 sums), x0 is the slice [offset, offset + len(x0)) of a d-vector's start and
 the optimizer is sized for the slice (optex.slice_ranges cuts per-range

@@ -117,8 +117,9 @@ def test_step_returns_the_mean_loss_of_the_committed_point() -> None:
 
 
 def test_a_point_with_one_evaluation_returns_the_closures_own_loss() -> None:
-    """D = 1 and the best loss: step returns the tensor the closure returned for the
-    committed row (not a copy), wherever the commit steps from."""
+    """D = 1 and the best loss: step returns the loss the closure returned for the
+    committed row (a detached copy of that tensor, taken when it was returned),
+    wherever the commit steps from."""
     model = make_model()
     opt = OptEx(model.parameters(), lr=0.5, parallelism=4, continue_from="best_loss", seed=1)
     results = []
@@ -133,5 +134,7 @@ def test_a_point_with_one_evaluation_returns_the_closures_own_loss() -> None:
     for _ in range(6):
         results.clear()
         returned = opt.step(closure)
-        assert returned is results[opt.last_info.committed_point]
+        own = results[opt.last_info.committed_point]
+        assert returned is not own and not returned.requires_grad
+        assert returned.dtype == own.dtype and returned.item() == own.item()
         assert returned.item() == opt.last_info.loss

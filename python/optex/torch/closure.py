@@ -3,6 +3,13 @@
 The closure zeroes the gradients, computes the loss, calls ``backward()`` and
 returns the loss. ``step`` calls it once per point: the point is written into
 the parameters first, and the gradients are read from them afterwards.
+
+What the closure hands back is taken when it returns, before the next call:
+the gradients are copied out of ``.grad`` (which is then set to None, never
+written into), and the loss is read and, as a tensor, copied. So a closure
+that writes its loss or gradients into buffers it reuses, or keeps the
+``.grad`` tensors it produced, gives the same round as one that makes fresh
+tensors each call.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ def check_closure(closure: Any) -> None:
 def evaluate(closure: Closure, layout: FlatLayout, point: torch.Tensor,
              grad_out: torch.Tensor) -> tuple[Any, float, list[bool]]:
     """Writes ``point`` (float32, on the parameters' device) into the parameters, calls
-    the closure, writes the gradient into ``grad_out``; returns (the closure's value,
-    the loss as a float, per parameter whether it got a gradient). ValueError when
+    the closure, writes the gradient into ``grad_out``; returns (the closure's value as
+    received: ``received_loss``, the loss as a float, per parameter whether it got a
+    gradient). ValueError when
     no parameter got one: the closure did not call ``backward()`` (a step on zero
     gradients would move the parameters on momentum alone)."""
     layout.write(point)
@@ -46,7 +54,16 @@ def evaluate(closure: Closure, layout: FlatLayout, point: torch.Tensor,
             "closure: no trainable parameter received a gradient (every .grad is still None "
             "after the call); the closure must call loss.backward() before returning the loss"
         )
-    return result, loss, had
+    return received_loss(result), loss, had
+
+
+def received_loss(result: Any) -> Any:
+    """The closure's loss as ``step`` keeps it until the round ends: a tensor is
+    copied (detached: its graph was used by ``backward()``), since a closure may
+    write every call's loss into one tensor; a number is kept as it is."""
+    if isinstance(result, torch.Tensor):
+        return result.detach().clone()
+    return result
 
 
 def _loss_of(result: Any) -> float:

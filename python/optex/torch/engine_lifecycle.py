@@ -49,7 +49,7 @@ def _create_engine(opt: OptEx, groups: list[list[torch.Tensor]], optimizers: lis
     options = _hyper.options_on(opt._options, opt._engine_device())
     ranges = engine_ranges(layout, optimizers, opt._offsets)
     x0 = layout.flatten()
-    ranks = opt._ranks()
+    ranks = opt._peers()  # sharing the rounds, or replicating them (distributed=False)
     if ranks is not None:
         if opt._seed_drawn:
             # Each rank drew its own seed; the run takes rank 0's, as it takes its start.
@@ -73,7 +73,7 @@ def _rebuild_engine(opt: OptEx, groups: list[list[torch.Tensor]], optimizers: li
     a new engine over the new set (trainable.rebuild_state)."""
     assert opt._engine is not None and opt._layout is not None
     new = _trainable_layout(groups)
-    ranks = opt._ranks()
+    ranks = opt._peers()
     if ranks is not None:  # the parameters that join take rank 0's values
         new.write(ranks.broadcast_start(new.flatten()))
     state = rebuild_state(opt._engine.state_arrays(history=False), opt._layout, new,
@@ -91,7 +91,7 @@ def _follow_schedule(opt: OptEx, ranges: list[tuple[int, Any, int]]) -> None:
     """The groups' hyperparameters (an LR scheduler) or the step offsets changed
     since the last step: the engine takes them and keeps its state."""
     assert opt._engine is not None and opt._layout is not None
-    ranks = opt._ranks()
+    ranks = opt._peers()
     if ranks is not None:
         _agree(opt, ranks, ranges, opt._engine.options, opt._layout.dim)
     # The engine's own ranges: this rank's slice of them under shard_state.
@@ -128,18 +128,48 @@ def _follow_schedule(opt: OptEx, ranges: list[tuple[int, Any, int]]) -> None:
     opt._ranges = ranges
 
 
+def _local_checks(opt: OptEx) -> tuple[list[Any], list[list[torch.Tensor]]]:
+    """The checks each rank makes on its own before a round: the groups'
+    hyperparameters, and after the first step that the parameters still hold the
+    iterate. Returns (the groups' optimizers, the trainable parameters by group)."""
+    optimizers = _hyper.group_optimizers(opt._kind, opt.param_groups)
+    groups = trainable_groups(opt.param_groups)
+    if opt._engine is not None:
+        assert opt._layout is not None and opt._iterate is not None
+        # A parameter leaving the engine (frozen now) may have been changed meanwhile.
+        trainable = {id(p) for params in groups for p in params}
+        opt._layout.check_holds(opt._iterate, skip=lambda p: id(p) not in trainable)
+    return optimizers, groups
+
+
+def _checked_on_every_rank(opt: OptEx) -> tuple[list[Any], list[list[torch.Tensor]]]:
+    """_local_checks, agreed between the ranks (one all_reduce of a flag): a rank
+    that refuses the step alone would leave the others waiting in the round's
+    first collective, so when one refuses, every rank raises before any exchange
+    (its own error, or RuntimeError saying that another rank refused)."""
+    peers = opt._peers()
+    try:
+        checked = _local_checks(opt)
+    except (ValueError, RuntimeError):
+        if peers is not None:
+            peers.any_rank([True])
+        raise
+    if peers is not None and peers.any_rank([False])[0]:
+        raise RuntimeError(
+            "step: another rank refused this step before the round began (its parameters were "
+            "changed outside step, or its param groups hold an invalid hyperparameter; its "
+            "error says which); every rank refuses it and nothing changed")
+    return checked
+
+
 def prepare(opt: OptEx) -> None:
     """Before a round: the engine exists, optimizes the trainable parameters, and
     has the groups' current hyperparameters."""
-    optimizers = _hyper.group_optimizers(opt._kind, opt.param_groups)
-    groups = trainable_groups(opt.param_groups)
+    optimizers, groups = _checked_on_every_rank(opt)
     if opt._engine is None:
         _create_engine(opt, groups, optimizers)
         return
     assert opt._layout is not None and opt._iterate is not None
-    # A parameter leaving the engine (frozen now) may have been changed meanwhile.
-    trainable = {id(p) for params in groups for p in params}
-    opt._layout.check_holds(opt._iterate, skip=lambda p: id(p) not in trainable)
     if not same_parameters(opt._layout, groups):
         if opt._shards is not None:
             raise ValueError(

@@ -141,3 +141,91 @@ class Ranks:
             block = self.points(n, r)
             rows[block.start:block.stop].copy_(gathered_grads[r][:len(block)])
         return all_losses
+
+
+class Replicas(Ranks):
+    """The ranks of ``process_group`` under ``distributed=False``: each one evaluates
+    all N points itself, as under DistributedDataParallel, whose backward
+    all-reduces the gradients so that every rank holds the same ones, while each
+    rank's losses are its own (its half of the batch).
+
+    Every rank must still commit what the others commit (the engines are
+    replicas), so what ``tell`` decides from is made the same everywhere before it
+    is called: the losses are the mean over the ranks (added in rank order, so
+    every rank gets the same bits; as DDP averages the gradients), a parameter has
+    a gradient at a point when it has one on any rank, and the gradients must be
+    the same bits on every rank (a checksum per point), else every rank raises
+    instead of drifting apart. One all_gather of ``2 N + N P + 1`` int64 a round.
+    """
+
+    def points(self, n: int, rank: int | None = None) -> range:
+        return range(n)  # every rank evaluates every point
+
+    def width(self, n: int) -> int:
+        return n
+
+    def agree_round(self, losses: torch.Tensor, rows: torch.Tensor, presence: torch.Tensor,
+                    failure: tuple[int, BaseException] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's collective decision. ``losses``: this rank's (N,) float64
+        host losses; ``rows``: the engine's (N, d) gradient rows; ``presence``:
+        (N, P) bool, whether parameter p had a gradient at point i here; ``failure``:
+        (point, error) when this rank's closure raised. Returns (the mean losses,
+        (N,) float64 host; presence on any rank, (N, P) bool), the same bits on
+        every rank. RuntimeError on every rank, naming the ranks and points and
+        what to do, when a closure raised on some rank or the ranks' gradients
+        differ; the round then stays pending and no engine changes."""
+        n, params = presence.shape
+        mine = torch.zeros(2 * n + n * params + 1, dtype=torch.int64)
+        mine[:n] = losses.to(torch.float64).view(torch.int64)
+        if failure is None:
+            mine[n:2 * n] = gradient_checksums(rows).cpu()
+        else:
+            mine[-1] = 1 + failure[0]
+        mine[2 * n:2 * n + n * params] = presence.reshape(-1).to(torch.int64)
+        comm = mine.to(self.device)
+        gathered = [torch.empty_like(comm) for _ in range(self.world)]
+        dist.all_gather(gathered, comm, group=self.group)
+        views = [t.cpu() for t in gathered]
+        failed = [(r, int(v[-1]) - 1) for r, v in enumerate(views) if int(v[-1]) != 0]
+        if failed:
+            where = ", ".join(f"rank {r} at point {i}" for r, i in failed)
+            message = (f"step: the closure raised on {where}; the round stays pending and every "
+                       "rank's engine is unchanged")
+            if failure is not None:
+                raise RuntimeError(f"{message} (this rank: {type(failure[1]).__name__}: "
+                                   f"{failure[1]})") from failure[1]
+            raise RuntimeError(message)
+        differ = [(r, i) for r, v in enumerate(views) for i in range(n)
+                  if int(v[n + i]) != int(views[0][n + i])]
+        if differ:
+            rank, point = differ[0]
+            raise RuntimeError(
+                f"step: with distributed=False every rank evaluates all {n} points and must get "
+                f"the same gradients, but rank {rank}'s gradient at point {point} differs from "
+                "rank 0's, so the ranks would commit different iterates; wrap the model in "
+                "torch.nn.parallel.DistributedDataParallel (its backward averages the "
+                "gradients), pass distributed=True to share the points between the ranks, or "
+                "pass process_group=<a group of this rank alone> for independent runs. The "
+                "round stays pending and every rank's engine is unchanged")
+        mean = torch.zeros(n, dtype=torch.float64)
+        for v in views:  # in rank order: the same sum on every rank
+            mean += v[:n].view(torch.float64)
+        mean /= self.world
+        anywhere = torch.stack([v[2 * n:2 * n + n * params] for v in views]).amax(dim=0)
+        return mean, anywhere.reshape(n, params).bool()
+
+
+def gradient_checksums(rows: torch.Tensor) -> torch.Tensor:
+    """Per row of the float32 (N, d) ``rows``: the int64 sum of its elements' bit
+    patterns (exact and in any order the same: no overflow below 2^32 elements),
+    which tells two ranks' gradients apart without sending them."""
+    sums = torch.empty(rows.shape[0], dtype=torch.int64, device=rows.device)
+    for i in range(rows.shape[0]):  # one row at a time: a d-sized int64 temporary
+        sums[i] = rows[i].view(torch.int32).sum(dtype=torch.int64)
+    return sums
+
+
+def replicas_enabled(flag: bool | None, group: Any) -> bool:
+    """``distributed=False`` under an initialised torch.distributed with more than
+    one rank in ``group``: the ranks replicate the rounds (Replicas)."""
+    return flag is False and distributed_available() and dist.get_world_size(group) > 1

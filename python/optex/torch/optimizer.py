@@ -27,7 +27,7 @@ from . import state_dict as _state_dict
 from . import step as _step
 from .closure import Closure
 from .committed_buffers import buffers_of
-from .exchange import Ranks, distributed_enabled
+from .exchange import Ranks, Replicas, distributed_enabled, replicas_enabled
 from .layout import FlatLayout
 from .sharded import Shards
 from .trainable import Shelf, StepOffsets
@@ -75,7 +75,9 @@ class OptEx(torch.optim.Optimizer):
     ``continue_from``, ``max_posterior_variance``, ``trust_region``,
     ``max_lengthscale_change``, ``mode`` and ``tolerance`` (``mode="verified"``:
     the base optimizer's own trajectory, several of its steps a round; see
-    ``optex.Options.verified``), ``device``, ``threads`` (the CPU's passes over
+    ``optex.Options.verified``; a round's commit ends before the first point
+    whose parameters with a gradient differ from the iterate's, so a parameter
+    that joins or leaves mid-run does so at torch.optim's step, bit for bit), ``device``, ``threads`` (the CPU's passes over
     the parameters; 0: every core, the same results on any count) and
     ``history_precision`` set the fields of ``optex.Options`` (defaults: the
     C++ ones); ``options`` passes a
@@ -107,9 +109,17 @@ class OptEx(torch.optim.Optimizer):
     restores the parameters, ``tell()``s the engine the N gradients and
     losses, and writes the committed iterate into the parameters. It returns
     the closure's loss at the committed point (the last point of the round
-    unless points were dropped or ``continue_from`` is "best_loss"); for a
+    unless points were dropped or ``continue_from`` is "best_loss"): a copy,
+    detached, of the tensor the closure returned there (or the number); for a
     point evaluated several times, the mean of its losses (``last_info.loss``)
-    as a 0-dim tensor. While the closure runs, :attr:`current_point` and
+    as a 0-dim tensor. What the closure hands back is taken when it returns:
+    the gradients are copied out of ``.grad`` (set to None before each call,
+    never written into) and the loss is read and copied, so a closure that
+    writes its loss or gradients into buffers it reuses, or keeps the tensors
+    it produced, gives the round a closure of fresh tensors gives (the copies
+    cost one d-sized copy per call, as reading the gradients always did). The
+    parameters themselves are the model's, rewritten at each point: keep a
+    ``.clone()`` to keep a point's values. While the closure runs, :attr:`current_point` and
     :attr:`current_seed` say which of the N evaluations (batch rows) it is
     computing and that evaluation's own reproducible seed (for its
     minibatch). A closure that takes its batch from a loop outside ``step``
@@ -196,7 +206,8 @@ class OptEx(torch.optim.Optimizer):
     ``state_dict(history=False)`` leaves the history out (smaller; the resumed
     run warms up again). ``pickle``, ``copy.deepcopy`` and ``torch.save(opt)``
     copy the optimizer with its parameters and continue bit for bit; they
-    raise TypeError while a round is pending or under torch.distributed.
+    raise TypeError while a round is pending or while the optimizer shares its
+    rounds over torch.distributed (with ``distributed=False`` it may be copied).
 
     **torch.distributed.** When ``torch.distributed`` is initialised (or
     ``distributed=True``), the ranks of ``process_group`` (default: the world)
@@ -212,9 +223,27 @@ class OptEx(torch.optim.Optimizer):
     rank makes every rank raise RuntimeError (naming the rank) instead of
     hanging. A parameter is unused in a round only if it had no gradient on
     any rank; with ``buffers=``, the rank that evaluated the committed point
-    broadcasts its buffers. Pass ``distributed=False`` to let every rank evaluate all N
-    points itself (e.g. when the closure's backward already all-reduces, as
-    under DistributedDataParallel).
+    broadcasts its buffers.
+
+    **DistributedDataParallel: distributed=False.** Under DDP, whose backward
+    averages the gradients over the ranks, pass ``distributed=False``: every
+    rank evaluates all N points itself, each on its own share of the batch.
+    The ranks still commit the same iterate every round, bit for bit: before
+    ``tell`` they exchange (one small all_gather) each point's loss, a checksum
+    of each gradient and which parameters received one, and every rank tells
+    its engine the losses' mean over the ranks (added in rank order; as DDP
+    averages the gradients), so the committed point, the dropped non-finite
+    points, the adaptive strategy's and the verified mode's decisions are the
+    same everywhere; a parameter has a gradient where it has one on any rank.
+    As with shared rounds, the ranks take rank 0's seed, start point and
+    (``buffers=``) committed buffers, check that they agree on the settings,
+    and a closure that raises on one rank makes every rank raise RuntimeError.
+    Gradients that differ between the ranks (a model not wrapped in DDP) raise
+    RuntimeError on every rank, naming the point, before anything changes (the
+    round stays pending): wrap the model in DDP, pass ``distributed=True`` to
+    share the points instead, or pass ``process_group`` a group of this rank
+    alone (``dist.new_group([rank])``) for independent runs. ``last_info.loss``
+    is then the mean; ``step`` returns this rank's own loss.
 
     **Sharded state.** ``shard_state=True`` (under torch.distributed; ZeRO /
     FSDP-style sharding of the optimizer) keeps on each rank only its slice of
@@ -488,6 +517,18 @@ class OptEx(torch.optim.Optimizer):
         if not distributed_enabled(self._distributed_flag):
             return None
         return Ranks(self._group, self._param_device())
+
+    def _replicas(self) -> Replicas | None:
+        """The ranks that replicate this step's rounds (``distributed=False`` under
+        torch.distributed, as under DistributedDataParallel); None otherwise."""
+        if not replicas_enabled(self._distributed_flag, self._group):
+            return None
+        return Replicas(self._group, self._param_device())
+
+    def _peers(self) -> Ranks | None:
+        """The ranks whose engines must stay identical: sharing or replicating."""
+        ranks = self._ranks()
+        return ranks if ranks is not None else self._replicas()
 
     # ------------------------------------------------------------------ step
 

@@ -58,9 +58,11 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
     seeds = engine.seeds
 
     # This process's points (`block`, the rows `mine`), and where their gradients
-    # and losses go: alone, straight into the engine's rows; under
-    # torch.distributed, into buffers that the ranks then exchange.
+    # and losses go: alone or as a replica (distributed=False under
+    # torch.distributed: every rank evaluates every point), straight into the
+    # engine's rows; sharing the points, into buffers that the ranks then exchange.
     ranks = opt._ranks()
+    replicas = opt._replicas() if ranks is None else None
     if ranks is None:
         mine, block, grads_local = range(n), points, rows
         losses_local = torch.zeros(n, dtype=torch.float64)
@@ -74,29 +76,38 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
     # such models), so there is nothing to keep.
     buffers = (CommittedBuffers(opt._buffer_tensors)
                if opt._buffer_tensors is not None and not batched else None)
+    params = len(layout.params)
     try:
-        results, got_gradient, failure = _evaluate(
-            opt, closure, batched, block, seeds, mine, grads_local, losses_local, ranks, buffers)
-        if ranks is None:
+        results, presence, failure = _evaluate(
+            opt, closure, batched, block, seeds, mine, grads_local, losses_local,
+            ranks, ranks is not None or replicas is not None, buffers)
+        if replicas is not None:
+            losses, presence = replicas.agree_round(losses_local, rows, presence, failure)
+        elif ranks is None:
             losses = losses_local
-        elif shards is None:
-            losses = ranks.gather(grads_local, losses_local, rows, failure)
         else:
-            losses = ranks.gather_losses(losses_local, n, failure)
-            shards.send_gradients(grads_local, rows, n)
-        if ranks is not None:
-            got_gradient = ranks.any_rank(got_gradient)
+            error = None if failure is None else failure[1]
+            if shards is None:
+                losses = ranks.gather(grads_local, losses_local, rows, error)
+            else:
+                losses = ranks.gather_losses(losses_local, n, error)
+                shards.send_gradients(grads_local, rows, n)
+            # Each rank knows its own rows' parameters: a parameter has a gradient at
+            # a point when the rank that evaluated it saw one.
+            presence = torch.tensor(ranks.any_rank(presence.reshape(-1).tolist()),
+                                    dtype=torch.bool).reshape(n, params)
         if rows.device.type == "cuda":
             torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
+        decision = _round_parameters(presence, engine.options.mode == "verified")
         # torch.optim skips a parameter without a gradient: the commit leaves its
         # value and state alone, and the round does not count among its steps.
-        unused = [p for p, got in zip(layout.params, got_gradient) if not got]
-        unchanged = merged_segments(layout, [not got for got in got_gradient])
+        unused = [p for p, got in zip(layout.params, decision.got_gradient) if not got]
+        unchanged = merged_segments(layout, [not got for got in decision.got_gradient])
         if shards is not None:
             unchanged = shards.local_ranges(unchanged)
         steps_before = engine.optimizer_step
-        info = engine.tell_device(losses.numpy(), drop_nonfinite=opt._drop_nonfinite,
-                                  unchanged=unchanged)
+        told, drop = _verified_cut(opt, losses, rows, decision.first_other_row)
+        info = engine.tell_device(told, drop_nonfinite=drop, unchanged=unchanged)
     except BaseException:
         if buffers is not None:
             buffers.restore_start()
@@ -113,30 +124,75 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
     layout.write(opt._iterate)
     committed = committed_rows(info.committed_point, info.point_evaluations)
     if buffers is not None:
-        buffers.keep(committed.start, n, ranks)
+        buffers.keep(committed.start, n, ranks if ranks is not None else replicas)
     return loss_at(committed, info.loss, results, losses)
+
+
+class _RoundParameters:
+    """Which parameters a round steps: ``got_gradient`` per parameter, and in the
+    verified mode ``first_other_row``, the first point whose parameters with a
+    gradient differ from point 0's (None when none does)."""
+
+    def __init__(self, got_gradient: list[bool], first_other_row: int | None) -> None:
+        self.got_gradient = got_gradient
+        self.first_other_row = first_other_row
+
+
+def _round_parameters(presence: torch.Tensor, verified: bool) -> _RoundParameters:
+    """From ``presence`` ((N, P) bool: parameter p had a gradient at point i, on
+    any rank). In OptEx's mode the round steps a parameter when any point gave
+    it a gradient. In the verified mode the commit is the base optimizer's steps
+    from point 0 on, each of which torch.optim would take with that point's own
+    parameters: the commit stops before the first point whose parameters differ
+    from point 0's (_verified_cut), and steps point 0's parameters."""
+    if not verified:
+        return _RoundParameters(presence.any(dim=0).tolist(), None)
+    same = (presence == presence[0]).all(dim=1)
+    other = (~same).nonzero()
+    return _RoundParameters(presence[0].tolist(), int(other[0]) if len(other) else None)
+
+
+def _verified_cut(opt: OptEx, losses: torch.Tensor, rows: torch.Tensor,
+                  first_other_row: int | None) -> tuple[Any, bool]:
+    """The losses to tell and drop_nonfinite. In the verified mode, when point
+    ``first_other_row`` gives another set of parameters a gradient than point 0,
+    its loss and those after it are told as NaN, so that the engine's commit
+    (the admissible prefix of the points) ends before it; the next round starts
+    there with the new set. Without drop_nonfinite, a round that holds a
+    non-finite value of its own is told as it is (the engine refuses it)."""
+    if first_other_row is None:
+        return losses.numpy(), opt._drop_nonfinite
+    if not opt._drop_nonfinite and not (bool(torch.isfinite(losses).all())
+                                        and bool(torch.isfinite(rows).all())):
+        return losses.numpy(), False
+    told = losses.clone()
+    told[first_other_row:] = float("nan")
+    return told.numpy(), True
 
 
 def _evaluate(opt: OptEx, closure: Closure, batched: bool, points: torch.Tensor, seeds: Any,
               mine: range, grads_local: torch.Tensor, losses_local: torch.Tensor,
-              ranks: Ranks | None, buffers: CommittedBuffers | None
-              ) -> tuple[dict[int, Any], list[bool], BaseException | None]:
+              ranks: Ranks | None, collective: bool, buffers: CommittedBuffers | None
+              ) -> tuple[dict[int, Any], torch.Tensor, tuple[int, BaseException] | None]:
     """Evaluates the closure at this process's points ``mine`` (``points[k]`` is row
-    ``mine[k]``, whole) into ``grads_local``
-    and ``losses_local``; returns (the closure's values by row, per trainable
-    parameter whether any call gave it a gradient, the error a closure raised
-    under torch.distributed, which the gather reports to every rank). The
-    parameters hold the iterate again afterwards."""
+    ``mine[k]``, whole) into ``grads_local`` and ``losses_local``; returns (the
+    closure's losses by row, as received: copies, see closure.received_loss;
+    ``presence``, (N, P) bool: whether parameter p got a gradient at row i, False
+    for the rows of other ranks; the (point, error) of a closure that raised when
+    ``collective`` (the ranks learn of it in the exchange: the sharing ``ranks``
+    from the flag in ``losses_local``), else it propagates).
+    The parameters hold the iterate again afterwards."""
     layout = opt._layout
     assert layout is not None and opt._iterate is not None
     dev, d = layout.device, layout.dim
+    n = len(seeds)
     # The closure needs its point, and gives its gradient, on the parameters' device.
     scratch_point = (_scratch_tensor(opt, "point", (d,), torch.float32, dev)
                      if points.device != dev else None)
     scratch_grad = (_scratch_tensor(opt, "grad", (d,), torch.float32, dev)
                     if grads_local.device != dev else None)
     results: dict[int, Any] = {}
-    got_gradient = [False] * len(layout.params)
+    presence = torch.zeros(n, len(layout.params), dtype=torch.bool)
     try:
         if batched:
             # batched.py: all of this process's rows in one vectorized call, not one
@@ -144,11 +200,13 @@ def _evaluate(opt: OptEx, closure: Closure, batched: bool, points: torch.Tensor,
             try:
                 results = closure.evaluate_rows(layout, points, mine, grads_local, losses_local)
             except Exception as error:
-                if ranks is None:
+                if not collective:
                     raise
-                ranks.flag_failure(losses_local, mine.start)
-                return results, got_gradient, error
-            return results, [True] * len(layout.params), None
+                if ranks is not None:
+                    ranks.flag_failure(losses_local, mine.start)
+                return results, presence, (mine.start, error)
+            presence[mine.start:mine.stop] = True
+            return results, presence, None
         for k, i in enumerate(mine):
             point = points[k] if scratch_point is None else scratch_point.copy_(points[k])
             out = grads_local[k] if scratch_grad is None else scratch_grad
@@ -158,17 +216,18 @@ def _evaluate(opt: OptEx, closure: Closure, batched: bool, points: torch.Tensor,
             try:
                 results[i], losses_local[k], had = evaluate(closure, layout, point, out)
             except Exception as error:
-                if ranks is None:
+                if not collective:
                     raise
-                # The other ranks must learn of it in the gather, not hang in it.
-                ranks.flag_failure(losses_local, i)
-                return results, got_gradient, error
-            got_gradient = [a or b for a, b in zip(got_gradient, had)]
+                # The other ranks must learn of it in the exchange, not hang in it.
+                if ranks is not None:
+                    ranks.flag_failure(losses_local, i)
+                return results, presence, (i, error)
+            presence[i] = torch.tensor(had, dtype=torch.bool)
             if buffers is not None:
                 buffers.after_evaluation(i)
             if scratch_grad is not None:
                 grads_local[k].copy_(scratch_grad)
-        return results, got_gradient, None
+        return results, presence, None
     finally:
         opt._current_point = opt._current_seed = None
         layout.write(opt._iterate)
