@@ -154,7 +154,11 @@ def test_the_returned_loss_is_the_closures_loss_at_the_committed_point() -> None
 
     loss = opt.step(closure)
     assert opt.last_info.committed_point == 2
-    assert loss is returned[2]
+    # Its value, dtype and device, as a copy taken when the closure returned it
+    # (test_torch_closure_memory.py: a closure may reuse its loss tensor).
+    assert loss is not returned[2] and not loss.requires_grad
+    assert loss.dtype == returned[2].dtype and loss.device == returned[2].device
+    assert bits(loss) == bits(returned[2])
 
 
 def test_parameters_hold_each_point_during_the_closure_and_the_iterate_after() -> None:
