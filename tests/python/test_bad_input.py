@@ -215,17 +215,20 @@ def test_cuda_device_on_a_build_or_machine_without_one() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: optex.Sgd(lr=0.0), "lr: must be finite and > 0, got 0"),
-        (lambda: optex.Sgd(lr=float("inf")), "lr: must be finite and > 0, got inf"),
-        (lambda: optex.Sgd(momentum=1.0), r"momentum: must be in \[0, 1\), got 1"),
+        (lambda: optex.Sgd(lr=-1e-300), "lr: must be finite and >= 0, got -1e-300"),
+        (lambda: optex.Sgd(lr=float("inf")), "lr: must be finite and >= 0, got inf"),
+        (lambda: optex.Sgd(lr=float("nan")), "lr: must be finite and >= 0, got nan"),
+        (lambda: optex.Sgd(lr=1e39), r"lr: must be at most 3.40282e\+38"),
+        (lambda: optex.Sgd(momentum=-0.5), r"momentum: must be finite and >= 0, got -0.5"),
         (lambda: optex.Sgd(nesterov=True), "momentum: must be > 0 when nesterov is set, got 0"),
         (lambda: optex.Sgd(weight_decay=-1.0), "weight_decay: must be finite and >= 0, got -1"),
-        (lambda: optex.Adam(lr=-1e-3), "lr: must be finite and > 0, got -0.001"),
+        (lambda: optex.Adam(lr=-1e-3), "lr: must be finite and >= 0, got -0.001"),
         (lambda: optex.Adam(beta1=1.0), r"beta1: must be in \[0, 1\), got 1"),
         (lambda: optex.Adam(beta2=-0.1), r"beta2: must be in \[0, 1\), got -0.1"),
-        (lambda: optex.Adam(eps=0.0), "eps: must be finite and > 0, got 0"),
-        (lambda: optex.AdamW(lr=1.0, weight_decay=2.0),
-         "weight_decay: must be < 1 / lr with decoupled weight decay, got 2"),
+        (lambda: optex.Adam(eps=-1e-8), "eps: must be finite and >= 0, got -1e-08"),
+        (lambda: optex.AdamW(lr=-1.0), "lr: must be finite and >= 0, got -1"),
+        (lambda: optex.RmsProp(alpha=-0.1), "alpha: must be finite and >= 0, got -0.1"),
+        (lambda: optex.Lion(lr=-1e-4), "lr: must be finite and >= 0, got -0.0001"),
     ],
 )
 def test_bad_optimizer_hyperparameters(make, message) -> None:

@@ -206,14 +206,38 @@ def test_a_refused_generator_is_not_consumed() -> None:
 def test_hyperparameters_that_cannot_exist_cannot_reach_a_range() -> None:
     # Every optimizer value is valid: NaN, inf or a negative rate is refused where
     # the value is made or set, so a list of ranges never holds one.
-    for bad in (math.nan, math.inf, -math.inf, -1.0, 0.0):
-        with pytest.raises(ValueError, match="^lr: must be finite and > 0"):
+    for bad in (math.nan, math.inf, -math.inf, -1.0, -1e-300):
+        with pytest.raises(ValueError, match="^lr: must be finite and >= 0"):
             [(2, optex.Adam()), (3, optex.Adam(lr=bad))]  # noqa: B018
     adam = optex.Adam()
     ranges = [(2, optex.Adam()), (3, adam)]
-    with pytest.raises(ValueError, match="^eps: must be finite and > 0, got nan$"):
+    with pytest.raises(ValueError, match="^eps: must be finite and >= 0, got nan$"):
         adam.eps = math.nan
     assert optex.OptEx(np.zeros(D), optimizer=ranges).optimizer == [(2, optex.Adam()), (3, optex.Adam())]
+
+
+def test_a_range_at_lr_zero_stays_while_the_others_move() -> None:
+    """A range whose schedule is at lr 0 (a frozen head, a warmup that starts later) keeps
+    its coordinates bit for bit through rounds of N points, while its Adam state advances;
+    set_optimizer moves each range's lr from and to 0."""
+    x0 = np.linspace(-1.0, 1.0, D)
+    engine = optex.OptEx(x0, optimizer=[(2, optex.Adam(lr=0.05)), (D - 2, optex.Adam(lr=0.0))],
+                         parallelism=3, seed=1)
+    start = engine.x.copy()
+    for t in range(6):
+        if t == 3:  # the frozen range starts, the other one stops
+            engine.set_optimizer([(2, optex.Adam(lr=0.0)), (D - 2, optex.Adam(lr=0.05))])
+            held = engine.x.copy()
+        points = engine.ask()
+        engine.tell(2.0 * (points - 0.3), np.sum((points - 0.3) ** 2, axis=1))
+        if t < 3:
+            assert engine.x[2:].tobytes() == start[2:].tobytes()
+            assert not np.array_equal(engine.x[:2], start[:2])
+        else:
+            assert engine.x[:2].tobytes() == held[:2].tobytes()
+    assert not np.array_equal(engine.x[2:], start[2:])
+    exp_avg_sq = engine.state_arrays()["slots"]["exp_avg_sq"]
+    assert np.all(exp_avg_sq > 0)  # the moments advanced while lr was 0, in both ranges
 
 
 # ---- accepted specifications ----------------------------------------------------------

@@ -76,6 +76,13 @@ CONFIGS = {
     "adaptive": lambda: optex.OptEx(start(6), optimizer=optex.AdamW(lr=0.05), options=adaptive()),
     "ranges": lambda: optex.OptEx(start(8), optimizer=[(2, optex.Adam(lr=0.05)), (3, optex.AdamW(lr=0.02)),
                                                        (3, optex.Adam(lr=0.1))], parallelism=4, history=6),
+    # torch.optim's boundary values: lr 0 (the history then holds pairs at one point), betas
+    # and weight decay 0, momentum 1.
+    "lr_zero": lambda: optex.OptEx(start(), optimizer=[(2, optex.Adam(lr=0.0, beta1=0.0, beta2=0.0)),
+                                                       (3, optex.Adam(lr=0.0, eps=0.0))],
+                                   parallelism=3, history=5, seed=4),
+    "sgd_lr_zero_momentum_one": lambda: optex.OptEx(start(), optimizer=optex.Sgd(lr=0.0, momentum=1.0),
+                                                    parallelism=2, history=4, seed=5),
 }
 
 
@@ -259,7 +266,7 @@ HOSTILE = [
                                                           r"optimizer class \(Sgd, Adam, AdamW, RmsProp, Lion\)"),
     ("kind_other_fields", edit("optimizer.0.kind", "Sgd"), r"^optimizer\[0\]: unknown key '(beta1|beta2|eps)'$"),
     ("hyperparameter_type", edit("optimizer.1.lr", "0.1"), r"^optimizer\[1\]: lr: expected a real number"),
-    ("hyperparameter_value", edit("optimizer.1.lr", -1.0), r"^optimizer\[1\]: lr: must be finite and > 0"),
+    ("hyperparameter_value", edit("optimizer.1.lr", -1.0), r"^optimizer\[1\]: lr: must be finite and >= 0"),
     ("size_bool", edit("optimizer.0.size", True), r"^optimizer\[0\]\['size'\]: expected an int, got bool$"),
     ("size_zero", edit("optimizer.0.size", 0), r"^optimizer\[0\]\['size'\]: 0 is outside \[1, "),
     ("offset_negative", edit("optimizer.1.step_offset", -1), r"^optimizer\[1\]\['step_offset'\]: -1 is outside"),

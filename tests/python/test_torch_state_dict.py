@@ -71,6 +71,24 @@ def test_a_resume_through_weights_only_load_continues_bit_for_bit(optimizer) -> 
     assert run(model2, opt2, data, 3) == run(model, opt, data, 3)
 
 
+def test_hyperparameters_on_torch_optims_bounds_load_and_resume_bit_for_bit() -> None:
+    """A state saved by a run that a schedule took to lr 0, with betas, eps and weight decay
+    at torch.optim's bound 0 too, loads and continues as the run that saved it; at lr 0 the
+    parameters stay."""
+    model, opt, data = trained()
+    for group in opt.param_groups:
+        group.update(lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    state = through_file(opt.state_dict())
+    assert [g["lr"] for g in state["param_groups"]] == [0.0, 0.0]
+    model2 = TwoHeads()
+    model2.use_b = True
+    model2.load_state_dict(model.state_dict())
+    opt2 = make(model2)
+    opt2.load_state_dict(state)
+    before = bits(flat(model.parameters()))
+    assert run(model2, opt2, data, 3) == run(model, opt, data, 3) == before
+
+
 def test_the_per_parameter_state_is_torch_optims() -> None:
     model, opt, _ = trained()
     theirs_model = TwoHeads()
@@ -250,13 +268,13 @@ def test_the_param_group_keys_are_the_optimizers_and_nothing_else_loads(optimize
 
 @pytest.mark.parametrize("change,message", [
     (lambda g: g.__setitem__("lr", float("nan")), r"\[1\]: lr: must be finite"),
-    (lambda g: g.__setitem__("lr", -0.1), r"\[1\]: lr: must be finite and > 0"),
+    (lambda g: g.__setitem__("lr", -0.1), r"\[1\]: lr: must be finite and >= 0"),
     (lambda g: g.__setitem__("lr", "0.1"), r"\[1\]: lr: must be a real number"),
     (lambda g: g.__setitem__("lr", torch.tensor(0.1, device="meta")), r"\[1\]: lr: must be a number"),
     (lambda g: g.__setitem__("betas", (0.9, 1.0)), r"\[1\]: betas\[1\]: must be in \[0, 1\)"),
     (lambda g: g.__setitem__("betas", (-0.1, 0.9)), r"\[1\]: betas\[0\]"),
     (lambda g: g.__setitem__("betas", 0.9), r"\[1\]: betas: must be a pair"),
-    (lambda g: g.__setitem__("eps", 0.0), r"\[1\]: eps"),
+    (lambda g: g.__setitem__("eps", float("inf")), r"\[1\]: eps: must be finite and >= 0, got inf"),
     (lambda g: g.__setitem__("eps", -1e-8), r"\[1\]: eps"),
     (lambda g: g.__setitem__("weight_decay", None), r"\[1\]: weight_decay: must be a real number"),
     (lambda g: g.pop("eps"), r"\[1\]: has no eps"),
