@@ -19,7 +19,7 @@ imports torch.
 import typing as _typing
 
 from . import executors, problems
-from .evaluation_error import EvaluationError, NonFiniteRoundError
+from .evaluation_error import EvaluationError, ExecutorContractError, NonFiniteRoundError
 from .minimize import OptimizeResult, minimize
 # Everything the compiled module offers (the engine, options, arrays, the base
 # optimizer classes it registers from each optimizer's own description, ...).
@@ -27,8 +27,9 @@ from ._optex import *  # noqa: F401,F403
 from ._optex import __all__ as _compiled_names
 from ._optex import __version__
 
-__all__ = sorted([*_compiled_names, "EvaluationError", "NonFiniteRoundError", "OptimizeResult", "__version__",
-                  "executors", "minimize", "problems"])
+__all__ = sorted([*_compiled_names, "EvaluationError", "ExecutorContractError",
+                  "NonFiniteRoundError", "OptimizeResult", "__version__", "executors",
+                  "minimize", "problems"])
 
 
 if _typing.TYPE_CHECKING:

@@ -13,9 +13,19 @@ executors of Dask and Ray cannot tell a queued task from a running one, and
 cancel both); those still out when minimize returns are cancelled then.
 
 Errors. The objective's exception is re-raised as it is (with a note naming
-the point); a future that ends without a result (dead worker, pickling, a
-shut-down or cancelling executor) is an EvaluationError. Either way the round
-stays pending and the engine unchanged.
+the point), KeyboardInterrupt and SystemExit included; a future that ends
+without a result (dead worker, pickling, a shut-down or cancelling executor)
+is an EvaluationError; an executor that breaks the Future contract (submit()
+returns something other than a concurrent.futures.Future, or a future's result
+is not what evaluate_point returns) is an ExecutorContractError, a TypeError
+naming the executor and what it gave. In every case the round stays pending
+and the engine unchanged.
+
+Memory. Each evaluation receives a copy of its point (objective_point), made
+here before it is submitted, on every executor: the engine rewrites the
+batch's rows at the next ask(), and an objective may keep its x. The worker
+copies the gradient (evaluate_point), so the results read here, once the
+round is in, are the objective's values at the time it returned.
 """
 
 from __future__ import annotations
@@ -23,16 +33,17 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import math
+import reprlib
 import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
 
-from ._evaluation import Raised, checked_gradient, evaluate_point
+from ._evaluation import Raised, checked_gradient, evaluate_point, objective_point
 from ._optex import magnitude_bound
 from ._values import real_loss
-from .evaluation_error import EvaluationError
+from .evaluation_error import EvaluationError, ExecutorContractError
 
 
 @dataclasses.dataclass
@@ -40,7 +51,7 @@ class _Late:
     """An evaluation still running when its round committed."""
 
     future: cf.Future
-    point: np.ndarray  # a copy: the engine's batch rows change at the next ask()
+    point: np.ndarray  # a copy of its own: the objective may hold the one it was given
     index: int
     iteration: int
 
@@ -77,7 +88,7 @@ class RoundEvaluator:
         missing = 0
         for i, f in enumerate(futures):
             if f in done:
-                loss, grad = f.result()
+                loss, grad = f.result()  # checked by _raise_first_failure
                 losses[i] = real_loss(loss, f"fun_and_grad: the loss at point {i}")
                 grads[i] = checked_gradient(grad, self.engine.dim, i)
             else:
@@ -92,14 +103,21 @@ class RoundEvaluator:
     def _submit(self, points: np.ndarray, seeds: list[int | None]) -> list[cf.Future]:
         futures: list[cf.Future] = []
         for i in range(len(seeds)):
-            # A partial round leaves evaluations running into the next round,
-            # when the batch's rows hold other points: they get copies.
-            x = np.array(points[i]) if self.partial else points[i]
+            # The evaluation's own copy: the objective may keep it, and the
+            # engine rewrites its rows at the next ask() (while a straggler of
+            # a partial round may not even have started).
+            x = objective_point(points[i])
             try:
-                futures.append(self.pool.submit(evaluate_point, self.fun_and_grad, x, seeds[i]))
+                future = self.pool.submit(evaluate_point, self.fun_and_grad, x, seeds[i])
             except Exception as e:  # noqa: BLE001 - a shut-down or broken executor
                 self._abandon(futures)
                 raise self._error(i, "could not be submitted", e) from e
+            if not isinstance(future, cf.Future):
+                self._abandon(futures)
+                raise self._contract_error(
+                    i, f"its submit() returned {_describe(future)}, not a concurrent.futures.Future"
+                )
+            futures.append(future)
         return futures
 
     def _collect(self, futures: list[cf.Future]) -> tuple[set, set]:
@@ -135,6 +153,8 @@ class RoundEvaluator:
             exc = f.exception()
             if exc is not None:
                 raise self._error(i, "ended without a result", exc) from exc
+            if not _is_evaluation(f.result()):
+                raise self._contract_error(i, f"its future's result is {_describe(f.result())}")
             raised: Raised = f.result()
             error = raised.exception
             if hasattr(error, "add_note"):  # Python 3.11+
@@ -156,6 +176,21 @@ class RoundEvaluator:
             "unchanged and the round still pending: optex.minimize(fun_and_grad, err.engine, "
             "...) retries it",
             point=i, iteration=self.engine.iteration, engine=self.engine,
+        )
+
+    def _contract_error(self, i: int, what: str, *, pending: bool = True,
+                        iteration: int | None = None) -> ExecutorContractError:
+        iteration = self.engine.iteration if iteration is None else iteration
+        state = (
+            "The engine is unchanged and the round still pending" if pending
+            else f"The engine has committed iteration {self.engine.iteration}"
+        )
+        return ExecutorContractError(
+            f"minimize: the executor {type(self.pool).__name__} broke the concurrent.futures "
+            f"contract at point {i} of iteration {iteration}: {what}, where a Future of "
+            f"the (loss, gradient) evaluation optex submitted was expected. {state}: "
+            "optex.minimize(fun_and_grad, err.engine, ...) continues on another executor",
+            point=i, iteration=iteration, engine=self.engine,
         )
 
     def _abandon(self, futures: list[cf.Future]) -> None:
@@ -180,6 +215,10 @@ class RoundEvaluator:
                 self.late_failed += 1
                 continue
             out = r.future.result()
+            if not _is_evaluation(out):
+                raise self._contract_error(
+                    r.index, f"the future of this late evaluation holds {_describe(out)}",
+                    pending=False, iteration=r.iteration)
             if isinstance(out, Raised):
                 self.late_failed += 1
                 continue
@@ -200,5 +239,19 @@ class RoundEvaluator:
 
 
 def _failed(f: cf.Future) -> bool:
-    """Whether a finished future holds no usable result: cancelled, raised, or the objective raised."""
-    return f.cancelled() or f.exception() is not None or isinstance(f.result(), Raised)
+    """Whether a finished future holds no usable result: cancelled, raised, the
+    objective raised, or (a broken executor) anything but an evaluation."""
+    if f.cancelled() or f.exception() is not None:
+        return True
+    out = f.result()
+    return isinstance(out, Raised) or not _is_evaluation(out)
+
+
+def _is_evaluation(out: Any) -> bool:
+    """Whether `out` is what evaluate_point returns: a (loss, grad) pair or a Raised."""
+    return isinstance(out, Raised) or (isinstance(out, tuple) and len(out) == 2)
+
+
+def _describe(value: Any) -> str:
+    """A value as an error message names it: its type and a short repr."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"

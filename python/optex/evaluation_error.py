@@ -40,3 +40,18 @@ class NonFiniteRoundError(EvaluationError):
     with the same seeds again and continues, as after an EvaluationError. The
     engine's own refusal (a RuntimeError) is ``__cause__``.
     """
+
+
+class ExecutorContractError(EvaluationError, TypeError):
+    """The executor broke the ``concurrent.futures`` contract: its ``submit`` returned
+    something that is not a ``concurrent.futures.Future``, or a future's result is
+    not the evaluation optex submitted (None, a bare loss, another object).
+
+    Raised by :func:`optex.minimize` before anything is read from that result, with
+    a message naming the executor's type, the point and what it returned. A
+    TypeError (the executor handed back the wrong type) and an EvaluationError:
+    the engine is unchanged with its round pending (``err.engine``), so that
+    ``optex.minimize(fun_and_grad, err.engine, workers=another_executor, ...)``
+    continues the run. A late result of a committed round that breaks the
+    contract raises it too, after that round's commit (no round is pending then).
+    """

@@ -125,9 +125,11 @@ them, and IterationInfo.point_evaluations says how many rows each point had.
 The array is a read-only VIEW of the engine's batch, not a copy: calling ask()
 again before tell() returns the same points, and after tell() the next ask()
 rewrites the same memory in place (the engine stays alive while the array
-does). Writing to it is refused, because the engine's proxy trajectory would no
-longer match the points. Copy it (np.array(points)) to keep the points of an
-iteration.
+does). Its values are this iteration's points until the ask() that follows
+tell(): hand a row to code that may keep it (a cache, a log, another thread)
+as a copy, np.array(points[i]), as optex.minimize does. Writing to it is
+refused, because the engine's proxy trajectory would no longer match the
+points. Copy it (np.array(points)) to keep the points of an iteration.
 )doc");
   cls.def(
       "tell", &tell, py::arg("grads"), py::arg("losses"), py::kw_only(),

@@ -68,12 +68,16 @@ void check_objective_result(const py::object& result, std::size_t dim) {
 
 // The median of `calls` calls of objective(x) at a random point (uniform in
 // [-1, 1], fixed seed), after one untimed call whose result must pass
-// check_objective_result.
+// check_objective_result. x is read-only, as optex.minimize's points are: every
+// call times the same point, and an objective may keep it. The first result is
+// checked before the next call (a reused gradient buffer is read in time); the
+// timed calls' results are dropped unread.
 double time_objective(const py::function& objective, std::size_t dim, int calls) {
   py::array_t<float> x(static_cast<py::ssize_t>(dim));
   SplitMix64 rng(kObjectivePointSeed);
   float* data = x.mutable_data();
   for (std::size_t i = 0; i < dim; ++i) data[i] = static_cast<float>(rng.uniform(-1.0, 1.0));
+  x.attr("setflags")(py::arg("write") = false);
 
   check_objective_result(objective(x), dim);
 
@@ -290,9 +294,11 @@ rank OptEx against N x lr, N x minibatch or a parallel line search
 
 parallelism is the most evaluations per round you can run at once; history
 the T0 you would use. Give exactly one of gradient_seconds (one gradient
-evaluation, measured by you) and objective (a callable taking a float32
-array of dim entries and returning (loss, gradient), timed here: the median
-of `repetitions` calls at a random point after one untimed call). efficiency e in (0, 1]:
+evaluation, measured by you) and objective (a callable taking a read-only
+float32 array of dim entries, the same point at every call, which it may
+keep, and returning (loss, gradient), timed here: the median of
+`repetitions` calls at a random point after one untimed call; only the first
+result is read, before the next call). efficiency e in (0, 1]:
 a round of P points advances like 1 + e (P - 1) sequential steps, an
 assumption to measure on your problem. gradient_noise: rho, the noise variance
 over the squared gradient norm of one evaluation (None: unknown).

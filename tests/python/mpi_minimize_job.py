@@ -19,7 +19,14 @@ import sys
 import time
 from typing import Any
 
-from objectives import Unpicklable, fails_far_from_start, noisy_sphere, rosenbrock
+from objectives import (
+    Thrifty,
+    Unpicklable,
+    fails_far_from_start,
+    noisy_sphere,
+    point_is_read_only,
+    rosenbrock,
+)
 
 import optex
 from optex import problems
@@ -64,6 +71,10 @@ def main(out_path: str) -> None:
         out["num_workers"] = pool.num_workers
         out["threads"] = run(optex.minimize(rosenbrock, X0, **TO_TARGET))
         out["mpi"] = run(optex.minimize(rosenbrock, X0, workers=pool, **TO_TARGET))
+        # Points kept and gradient buffers reused (test_memory_contract.py), read-only points.
+        out["mpi_thrifty"] = run(optex.minimize(Thrifty(), X0, workers=pool, **TO_TARGET))
+        out["mpi_read_only"] = run(optex.minimize(point_is_read_only, X0, workers=pool,
+                                                  **TO_TARGET))
         out["threads_seeded"] = run(optex.minimize(noisy_sphere, X0, **SEEDED))
         out["mpi_seeded"] = run(optex.minimize(noisy_sphere, X0, workers=pool, **SEEDED))
         out["raises_threads"] = raised(optex.minimize, fails_far_from_start, X0, **TO_TARGET)

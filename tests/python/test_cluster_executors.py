@@ -32,7 +32,16 @@ import numpy as np
 import pytest
 from cluster_objectives import SleepsOnce, straggler
 from conftest import REPO_ROOT
-from objectives import DiesOnce, Unpicklable, fails_far_from_start, noisy_sphere, rosenbrock
+from objectives import (
+    DiesOnce,
+    Thrifty,
+    Unpicklable,
+    fails_far_from_start,
+    noisy_sphere,
+    point_is_read_only,
+    raises_keyboard_interrupt,
+    rosenbrock,
+)
 
 import optex
 from optex import problems
@@ -235,7 +244,24 @@ def test_a_lambda_travels_to_dask_and_ray(engine: Engine) -> None:
     assert res.nit == 45
 
 
+def test_points_kept_and_gradient_buffers_reused_give_the_threads_run(
+        engine: Engine, threads_run) -> None:
+    # Each evaluation's point is its own and read-only, and a gradient written into
+    # one reused buffer is copied on the worker (test_memory_contract.py).
+    with engine.make() as pool:
+        thrifty = optex.minimize(Thrifty(), X0, workers=pool, **TO_TARGET)
+        read_only = optex.minimize(point_is_read_only, X0, workers=pool, **TO_TARGET)
+    assert same_run(thrifty, threads_run) and same_run(read_only, threads_run)
+
+
 # ---- errors -----------------------------------------------------------------------
+
+
+def test_a_keyboard_interrupt_of_the_objective_keeps_its_type(engine: Engine) -> None:
+    run = optex.OptEx(X0, optex.Adam(lr=0.01), parallelism=4)
+    with engine.make() as pool, pytest.raises(KeyboardInterrupt, match="inside the objective"):
+        optex.minimize(raises_keyboard_interrupt, run, workers=pool, max_iters=3)
+    assert run.pending and run.iteration == 0 and same_bits(run.x, X0)
 
 
 def test_the_objective_exception_keeps_its_type(engine: Engine) -> None:
@@ -425,6 +451,7 @@ def test_mpi4py_futures_under_mpirun(tmp_path: Path) -> None:
     seen = json.loads(out.read_text(encoding="utf-8"))
     assert seen["world_size"] == 3 and seen["num_workers"] == 2
     assert seen["mpi"] == seen["threads"]
+    assert seen["mpi_thrifty"] == seen["mpi_read_only"] == seen["threads"]
     assert seen["threads"]["nit"] == 45 and seen["threads"]["stop_reason"] == "target_loss"
     assert seen["mpi_seeded"] == seen["threads_seeded"]
     assert seen["after_errors"] == seen["threads"]

@@ -27,7 +27,10 @@ The model:
   number and its worker.
 - The task's function is called when the task starts, synchronously, in the thread
   that moved the clock; its result (or exception) is set on the future at the
-  finish time. The future is PENDING while queued (``cancel()`` works: a cancelled
+  finish time. The result is held as it is, not copied: a function that returns
+  a buffer it reuses would hand every future the last write
+  (:func:`optex.minimize` copies the gradient inside the task, so its runs are
+  not affected). The future is PENDING while queued (``cancel()`` works: a cancelled
   task never runs and never occupies a worker), RUNNING from its start
   (``set_running_or_notify_cancel``), then FINISHED.
 - ``failures={task: exc}``: that task occupies its worker as usual, but its
