@@ -310,6 +310,43 @@ def test_ask_returns_a_read_only_view_valid_until_the_next_ask_after_tell() -> N
     assert np.isfinite(points).all()
 
 
+def test_what_the_engine_hands_out_besides_ask_is_a_copy_the_caller_may_keep() -> None:
+    engine = optex.OptEx(X0, optex.Adam(lr=0.05), parallelism=3, seed=0)
+    kept = []
+    for _ in range(3):
+        points = engine.ask()
+        arrays = (engine.x, engine.seeds, engine.predicted_gradient(0))
+        kept.append((arrays, [a.copy() for a in arrays]))
+        grads = np.stack([problems.Rosenbrock().value_and_grad(p)[1] for p in points])
+        engine.tell(grads.astype(np.float32), np.ones(3))
+    for arrays, at_the_time in kept:
+        assert all(same_bits(a, b) for a, b in zip(arrays, at_the_time))
+    assert not same_bits(kept[0][0][0], engine.x)
+
+
+def test_buffers_given_to_tell_and_observe_may_be_reused_at_once() -> None:
+    # A caller that reuses one gradient buffer for every round (and spoils it right
+    # after each call) drives the engine as one that passes fresh arrays.
+    def run(reuse: bool) -> bytes:
+        engine = optex.OptEx(X0, optex.Adam(lr=0.05), parallelism=3, seed=0)
+        grads, losses = np.empty((3, len(X0)), np.float32), np.empty(3)
+        for r in range(4):
+            points = engine.ask()
+            for i, p in enumerate(points):
+                losses[i], grads[i] = problems.Rosenbrock().value_and_grad(p)
+            engine.tell(grads if reuse else grads.copy(), losses if reuse else losses.copy())
+            extra_x = np.array(engine.x)[None, :]
+            extra_g = np.asarray(problems.Rosenbrock().value_and_grad(extra_x[0])[1],
+                                 np.float32)[None, :]
+            engine.observe(extra_x if reuse else extra_x.copy(),
+                           extra_g if reuse else extra_g.copy())
+            if reuse:
+                grads[...], losses[...], extra_x[...], extra_g[...] = math.nan, math.nan, 0, 0
+        return engine.x.tobytes() + engine.ask().tobytes()
+
+    assert run(reuse=True) == run(reuse=False)
+
+
 def test_plan_gives_its_objective_a_read_only_point_it_may_keep() -> None:
     kept: list[tuple[np.ndarray, np.ndarray]] = []
     buffer = np.zeros(8)
