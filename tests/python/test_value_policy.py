@@ -354,3 +354,57 @@ def test_the_gradient_oracle_takes_real_losses_and_lists_as_floats() -> None:
     with pytest.raises(ValueError, match=r"^gradient_oracle's grad: must hold real numbers, got "
                        r"'1.0' \(str\)"):
         run(lambda x: (1.0, ["1.0"] * D))
+
+
+# ---- optex.torch: the closure's loss -------------------------------------------------------
+
+
+def torch_problem():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    data = torch.randn(16, 4), torch.randn(16, 1)
+    opt = optex.torch.OptEx(model.parameters(), lr=0.05, parallelism=2, seed=0)
+
+    def closure_returning(kind):
+        def closure():
+            opt.zero_grad()
+            loss = ((model(data[0]) - data[1]) ** 2).mean()
+            loss.backward()
+            return kind(loss)
+        return closure
+
+    return model, opt, closure_returning
+
+
+@pytest.mark.parametrize(
+    "kind, shown",
+    [
+        (lambda loss: "loss", r"got 'loss' \(str\)"),
+        (lambda loss: True, r"got True \(bool\)"),
+        (lambda loss: complex(loss.item()), r"\(complex\)"),
+        (lambda loss: np.array([loss.item(), 0.0]), r"an array of shape \(2,\)"),
+        (lambda loss: loss > 0, r"a tensor of dtype torch.bool"),
+        (lambda loss: torch.complex(loss.detach(), loss.detach()), r"a tensor of dtype torch.complex"),
+    ],
+)
+def test_the_torch_closure_loss_follows_the_rule(kind, shown: str) -> None:
+    model, opt, closure_returning = torch_problem()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"^closure: must return the loss .* must be a real number"
+                       ) as refused:
+        opt.step(closure_returning(kind))
+    assert re.search(shown, str(refused.value)), str(refused.value)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
+@pytest.mark.parametrize("kind", [lambda loss: loss.item(), lambda loss: np.float64(loss.item()),
+                                  lambda loss: np.array([loss.item()]),
+                                  lambda loss: loss.reshape(1)])
+def test_the_torch_closure_takes_every_real_loss_as_the_tensors_value(kind) -> None:
+    runs = []
+    for make in (lambda loss: loss, kind):
+        model, opt, closure_returning = torch_problem()
+        for _ in range(3):
+            opt.step(closure_returning(make))
+        runs.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(runs[0], runs[1])

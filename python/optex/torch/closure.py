@@ -14,12 +14,12 @@ tensors each call.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .._values import real_loss
 from .layout import FlatLayout
 
 Closure = Callable[[], Any]
@@ -77,10 +77,10 @@ def _loss_of(result: Any) -> float:
             raise ValueError(
                 f"closure: must return a scalar loss, got a tensor of shape {tuple(result.shape)}"
             )
-        return float(result.detach().item())
-    if isinstance(result, numbers.Real) and not isinstance(result, bool):
-        return float(result)
-    raise ValueError(f"closure: must return the loss (a scalar tensor or a float), got {result!r}")
+    # optex's one rule for a loss (optex._values), as minimize, tell and plan apply it:
+    # a real number, a one-element tensor or array; no bool, complex, str or None.
+    return real_loss(result, "closure: must return the loss (a scalar tensor or a real "
+                             "number); the value it returned")
 
 
 def committed_rows(point: int, point_evaluations: list[int]) -> range:
