@@ -106,7 +106,9 @@ def measure(dim: int, engines: list[str], executors: Executors, args: argparse.N
         for name in engines[shift:] + engines[:shift]:
             stamps: list[float] = []
             start = time.perf_counter()
-            optex.minimize(quadratic, engine, workers=executors.get(name), max_iters=args.block,
+            # max_iters bounds the engine's iteration count: one more block of rounds.
+            optex.minimize(quadratic, engine, workers=executors.get(name),
+                           max_iters=engine.iteration + args.block,
                            callback=lambda info, stamps=stamps: stamps.append(time.perf_counter()))
             if repetition > 0:  # the first block of each engine warms it up
                 ticks = [start] + stamps
