@@ -465,6 +465,80 @@ def test_a_scheduled_lr_torch_optim_refuses_is_refused_and_changes_nothing(bad) 
     assert opt.engine.iteration == 2 and bits(flat(model.parameters())) == before
 
 
+# Each optimizer= name's torch.optim twin (Lion, not in torch.optim, takes AdamW's bounds) and
+# the param-group keys with a bound ("betas[i]" is one element of the pair; "nesterov" is
+# nesterov=True with the value as momentum, torch.optim.SGD's rule).
+GROUP_BOUNDS = {
+    "sgd": ("SGD", ("lr", "momentum", "weight_decay", "nesterov")),
+    "adam": ("Adam", ("lr", "betas[0]", "betas[1]", "eps", "weight_decay")),
+    "adamw": ("AdamW", ("lr", "betas[0]", "betas[1]", "eps", "weight_decay")),
+    "rmsprop": ("RMSprop", ("lr", "alpha", "eps", "weight_decay", "momentum")),
+    "lion": ("AdamW", ("lr", "betas[0]", "betas[1]", "weight_decay")),
+}
+GROUP_BOUNDARY_VALUES = (0.0, -1e-300, 0.999999, 1.0, 1.5, 3.4028234663852886e38, 1e39,
+                         float("inf"), float("nan"), -1.0)
+
+
+def group_setting(key: str, value: float) -> dict:
+    """The param-group entries (and torch.optim keyword arguments) that set `key` to `value`."""
+    if key.startswith("betas["):
+        pair = [0.9, 0.99]
+        pair[int(key[6])] = value
+        return {"betas": tuple(pair)}
+    if key == "nesterov":
+        return {"momentum": value, "nesterov": True}
+    return {key: value}
+
+
+@pytest.mark.parametrize(("kind", "key", "value"), [
+    pytest.param(kind, key, value, id=f"{kind}-{key}-{value!r}")
+    for kind, (_, keys) in GROUP_BOUNDS.items() for key in keys for value in GROUP_BOUNDARY_VALUES])
+def test_a_param_group_value_is_taken_or_refused_as_torch_optim_does(kind, key, value) -> None:
+    """A value in a param group (what a scheduler or a user writes there) is taken by step
+    where torch.optim's constructor takes it (and it is finite and within float32), and
+    refused otherwise, naming the group and the key, with the parameters unchanged; then the
+    run goes on (to lr 0, a schedule's end, where the value was taken)."""
+    setting = group_setting(key, value)
+    try:
+        getattr(torch.optim, GROUP_BOUNDS[kind][0])([torch.zeros(1, requires_grad=True)], **setting)
+        torch_accepts = True
+    except ValueError:
+        torch_accepts = False
+    expected = torch_accepts and np.isfinite(value) and abs(value) <= 3.4028234663852886e38
+    data = make_data()
+    model = make_model()
+    opt = OptEx(model.parameters(), optimizer=kind, lr=0.01, parallelism=2, seed=1)
+    closure = closure_for(opt, model, data)
+    start = bits(flat(model.parameters()))
+    defaults = dict(opt.param_groups[0])
+    opt.param_groups[0].update(setting)
+    if not expected:
+        name = "momentum" if key == "nesterov" else re.escape(key)
+        with pytest.raises(ValueError, match=rf"^param_groups\[0\]: {name}: must be "):
+            opt.step(closure)
+        assert bits(flat(model.parameters())) == start
+        opt.param_groups[0].update({k: defaults[k] for k in setting})
+        opt.step(closure)
+        assert opt.engine.iteration == 1
+        return
+    # Values torch.optim takes whose steps are not finite: the engine refuses those steps
+    # (a value near float32's largest; RMSprop's alpha above 1, where the squared average
+    # turns negative and its square root NaN).
+    leaves_the_bounds = abs(value) >= 1e38 or ((kind, key) == ("rmsprop", "alpha") and value > 1.0)
+    before = start
+    try:
+        opt.step(closure)
+        assert opt.engine.iteration == 1
+        opt.param_groups[0]["lr"] = 0.0
+        before = bits(flat(model.parameters()))
+        opt.step(closure)
+    except RuntimeError as error:
+        assert "can be committed" in str(error) and leaves_the_bounds
+        assert bits(flat(model.parameters())) == before  # the refused step changed nothing
+        return
+    assert opt.engine.iteration == 2 and bits(flat(model.parameters())) == before
+
+
 @pytest.mark.parametrize("lr", [0.1, 0.0])
 def test_eps_zero_with_a_gradient_that_is_zero_from_the_start_is_refused_as_non_finite(lr) -> None:
     """torch.optim.Adam(eps=0) steps 0 / 0 there and writes NaN into the parameter (at lr 0
