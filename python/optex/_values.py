@@ -27,6 +27,7 @@ objects are refused.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import reprlib
 from typing import Any
@@ -48,12 +49,17 @@ def shown(value: Any) -> str:
     return f"{_short.repr(value)} ({type(value).__name__})"
 
 
-def _is_real_scalar(value: Any) -> bool:
-    if type(value) is float or type(value) is int:  # the common case, fast
-        return True
-    if isinstance(value, (bool, np.bool_)):
+@functools.lru_cache(maxsize=None)
+def _is_real_type(kind: type) -> bool:
+    """Whether values of type `kind` are real numbers: int, float, numpy real scalars
+    (any numbers.Real), not bool or numpy.bool_."""
+    if issubclass(kind, (bool, np.bool_)):
         return False
-    return isinstance(value, (numbers.Real, np.integer, np.floating))
+    return issubclass(kind, (numbers.Real, np.integer, np.floating))
+
+
+def _is_real_scalar(value: Any) -> bool:
+    return _is_real_type(type(value))
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -112,6 +118,8 @@ def real_loss(value: Any, subject: str) -> float:
 def _first_non_real(values: Any, index: tuple[int, ...]) -> "tuple[tuple[int, ...], Any] | None":
     """The index and value of the first element of a (nested) list or tuple that is
     not a real number or a real array; None when all are."""
+    if all(_is_real_type(kind) for kind in set(map(type, values))):
+        return None  # one check per distinct type: a list of a million floats costs little
     for i, v in enumerate(values):
         if _is_real_scalar(v):
             continue
