@@ -246,3 +246,27 @@ def test_a_process_group_of_one_rank_runs_alone(ranks: list[dict]) -> None:
 def test_a_step_one_rank_refuses_is_refused_on_every_rank(ranks: list[dict], shared: bool) -> None:
     assert "it was changed outside step()" in ranks[1]["changed"][shared]
     assert "another rank refused this step" in ranks[0]["changed"][shared]
+
+
+def test_the_gradient_checksum_sees_one_bit_and_is_the_documented_sum() -> None:
+    """exchange.gradient_checksums, against the sum computed here with Python integers:
+    the row's bytes as int64 words modulo 2^64 (its ends, where a row does not start on
+    an 8-byte boundary, as int32 values); one flipped bit changes it."""
+    import numpy as np
+
+    from optex.torch.exchange import gradient_checksums
+
+    for d in (1, 2, 5, 8):
+        rows = torch.randn(3, d, generator=torch.Generator().manual_seed(d))
+        sums = gradient_checksums(rows)
+        for i in range(3):
+            values = rows[i].numpy()
+            head = (i * d) % 2
+            body = (d - head) // 2 * 2
+            words = [int(w) for w in values[head:head + body].copy().view(np.int64)]
+            ends = [int(v) for v in np.concatenate([values[:head], values[head + body:]]).view(np.int32)]
+            expected = (sum(words) + sum(ends)) % 2**64
+            assert int(sums[i]) % 2**64 == expected, (d, i)
+        flipped = rows.clone()
+        flipped.view(torch.int32)[1, d - 1] ^= 1
+        assert (gradient_checksums(flipped) != sums).tolist() == [False, True, False]

@@ -106,3 +106,36 @@ def test_parallelism_one_follows_torch_optim() -> None:
 
 def bits_to_tensor(b: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(b), dtype=torch.float32)
+
+
+@pytest.mark.parametrize("drop_nonfinite", [False, True])
+def test_a_non_finite_value_after_the_cut_is_still_the_engines_to_refuse(drop_nonfinite: bool) -> None:
+    """The cut tells the points after it as NaN with drop_nonfinite; a round holding a
+    NaN loss of its own is still refused without drop_nonfinite (ValueError, nothing
+    changed, the round pending), and with it the commit stops at the cut."""
+    model = Gated()
+    opt = OptEx(model.parameters(), optimizer="adamw", lr=0.05, parallelism=4, history=4, seed=1,
+                mode="verified", tolerance=0.0, drop_nonfinite=drop_nonfinite)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((model.w - 1.0) ** 2).sum()
+        if opt.current_point >= 2:  # late gets a gradient from point 2 on: the cut is at 2
+            loss = loss + (model.late ** 2).sum()
+        loss.backward()
+        poisoned = opt.iteration >= 1 and opt.current_point == 3
+        return loss * float("nan") if poisoned else loss
+
+    opt.step(closure)  # a first round without a NaN
+    before = bits(torch.cat([model.w.detach(), model.late.detach()]))
+    steps = int(opt.state_dict()["state"][0]["step"])
+    if not drop_nonfinite:
+        with pytest.raises(ValueError, match="element 3 is nan .*must be finite"):
+            opt.step(closure)
+        assert opt.engine.pending
+        assert bits(torch.cat([model.w.detach(), model.late.detach()])) == before
+    else:
+        opt.step(closure)
+        # At most the two steps before the cut, and the late parameter not stepped.
+        assert 1 <= int(opt.state_dict()["state"][0]["step"]) - steps <= 2
+        assert bits(model.late.detach()) == bits(torch.tensor([0.5, -0.25]))  # never stepped

@@ -106,7 +106,8 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
         if shards is not None:
             unchanged = shards.local_ranges(unchanged)
         steps_before = engine.optimizer_step
-        told, drop = _verified_cut(opt, losses, rows, decision.first_other_row)
+        told, drop = _verified_cut(opt, losses, rows, decision.first_other_row,
+                                   ranks if shards is not None else None)
         info = engine.tell_device(told, drop_nonfinite=drop, unchanged=unchanged)
     except BaseException:
         if buffers is not None:
@@ -153,18 +154,23 @@ def _round_parameters(presence: torch.Tensor, verified: bool) -> _RoundParameter
 
 
 def _verified_cut(opt: OptEx, losses: torch.Tensor, rows: torch.Tensor,
-                  first_other_row: int | None) -> tuple[Any, bool]:
+                  first_other_row: int | None, slices: Ranks | None) -> tuple[Any, bool]:
     """The losses to tell and drop_nonfinite. In the verified mode, when point
     ``first_other_row`` gives another set of parameters a gradient than point 0,
     its loss and those after it are told as NaN, so that the engine's commit
     (the admissible prefix of the points) ends before it; the next round starts
     there with the new set. Without drop_nonfinite, a round that holds a
-    non-finite value of its own is told as it is (the engine refuses it)."""
+    non-finite value of its own is told as it is (the engine refuses it); under
+    shard_state (``slices``: the ranks whose rows are slices) the ranks agree on
+    that, as each sees only its slice of the gradients."""
     if first_other_row is None:
         return losses.numpy(), opt._drop_nonfinite
-    if not opt._drop_nonfinite and not (bool(torch.isfinite(losses).all())
-                                        and bool(torch.isfinite(rows).all())):
-        return losses.numpy(), False
+    if not opt._drop_nonfinite:
+        nonfinite = not (bool(torch.isfinite(losses).all()) and bool(torch.isfinite(rows).all()))
+        if slices is not None:
+            nonfinite = slices.any_rank([nonfinite])[0]
+        if nonfinite:
+            return losses.numpy(), False
     told = losses.clone()
     told[first_other_row:] = float("nan")
     return told.numpy(), True
