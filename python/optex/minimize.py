@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
+import multiprocessing.synchronize
 import numbers
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -93,6 +94,10 @@ def _own_executor(workers: str, count: int, mp_context: str | None) -> Executor:
     if workers == "threads":
         return ThreadPoolExecutor(max_workers=count, thread_name_prefix="optex")
     context = multiprocessing.get_context(mp_context)
+    # The pool's call queue is a semaphore of max_workers + 1 slots: a larger
+    # max_workers would overflow it. No run can tell the difference: processes
+    # start as evaluations need them (under "spawn" and "forkserver").
+    count = min(count, multiprocessing.synchronize.SEM_VALUE_MAX - 1)
     return ProcessPoolExecutor(max_workers=count, mp_context=context)
 
 

@@ -257,6 +257,15 @@ def test_huge_stopping_values_run() -> None:
     assert res.nit == 2
 
 
+def test_any_max_workers_runs_on_processes() -> None:
+    # A pool of processes is bounded by its call queue's semaphore, not by max_workers.
+    res = optex.minimize(rosenbrock, X0, max_iters=2, workers="processes",
+                         max_workers=10**12, **CONFIG)
+    assert res.nit == 2
+    threads = optex.minimize(rosenbrock, X0, max_iters=2, **CONFIG)
+    assert same_bits(res.x, threads.x)
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
