@@ -138,13 +138,15 @@ std::vector<OptimizerConfig> SomeConfigs(std::size_t d) {
 }
 
 // The values of iteration t of a schedule: every third iteration the learning
-// rate halves, the weight decay grows, and momentum and betas move a little.
+// rate halves, the weight decay grows, and momentum and betas move a little. At
+// iterations 0 and 7 the learning rate is 0, where warmups start and cosine
+// schedules end (the state advances, the iterate stays).
 Optimizer Scheduled(Optimizer opt, int t) {
   const double k = static_cast<double>(t / 3);
   std::visit(
-      [k](auto& o) {
+      [k, t](auto& o) {
         using O = std::decay_t<decltype(o)>;
-        o.lr /= std::pow(2.0, k);
+        o.lr = t == 0 || t == 7 ? 0.0 : o.lr / std::pow(2.0, k);
         o.weight_decay *= 1.0 + 0.25 * k;
         if constexpr (std::is_same_v<O, Sgd> || std::is_same_v<O, RmsProp>) {
           if (o.momentum != 0.0) o.momentum -= 0.05 * k;
