@@ -36,6 +36,7 @@ give the same result for a deterministic objective when every result is awaited;
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import multiprocessing
@@ -180,6 +181,19 @@ def _checked_stopping(max_iters: Any, target_loss: Any, grad_tol: Any,
         raise ValueError(f"grad_tol: must be a real number >= 0, got {grad_tol!r}")
     if max_workers is not None and not (_is_int(max_workers) and max_workers >= 1):
         raise ValueError(f"max_workers: must be an int >= 1 or None, got {max_workers!r}")
+
+
+def _checked_callbacks(callback: Any) -> list[Callback]:
+    """The callbacks as a list; ValueError before anything runs unless each is callable
+    (a bad one found after the first round would end the run there)."""
+    if callback is None:
+        return []
+    if callable(callback):
+        return [callback]
+    if (isinstance(callback, collections.abc.Sequence) and not isinstance(callback, (str, bytes))
+            and all(callable(cb) for cb in callback)):
+        return list(callback)
+    raise ValueError(f"callback: must be a callable or a sequence of callables, got {callback!r}")
 
 
 def _asked_to_stop(callbacks: list[Callback], info: IterationInfo) -> bool:
@@ -331,9 +345,7 @@ def minimize(
     _checked_stopping(max_iters, target_loss, grad_tol, max_workers)
     if not callable(fun_and_grad):
         raise ValueError("fun_and_grad: must be callable, got " + type(fun_and_grad).__name__)
-    callbacks: list[Callback] = (
-        [] if callback is None else [callback] if callable(callback) else list(callback)
-    )
+    callbacks = _checked_callbacks(callback)
 
     engine = _engine(x0, optimizer, options, option_kwargs)
     n = engine.parallelism

@@ -287,6 +287,9 @@ def test_any_max_workers_runs_on_processes() -> None:
         (dict(max_workers=2.0), "max_workers"),
         (dict(round_timeout=-10**400), "round_timeout"),
         (dict(round_timeout=np.bool_(True)), "round_timeout"),
+        (dict(callback=5), "callback"),
+        (dict(callback=[print, 5]), "callback"),
+        (dict(callback="print"), "callback"),
     ],
 )
 def test_a_bad_numeric_argument_is_a_value_error_naming_it(kwargs: dict, name: str) -> None:
