@@ -266,8 +266,10 @@ def minimize(
     commit; it asks to stop by returning True or by raising ``StopIteration``
     (scipy.optimize's convention): the run then returns its result with
     ``stop_reason`` "callback" (every callback is still called for that round).
-    Any other exception of a callback propagates, the round committed. ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``,
-    or a list of ``(size, optimizer)`` pairs for hyperparameters per range),
+    Any other exception of a callback propagates, the round committed.
+
+    ``optimizer`` (a base optimizer such as ``optex.Adam(lr=1e-2)``, or a
+    list of ``(size, optimizer)`` pairs for hyperparameters per range),
     ``options`` and ``option_kwargs`` configure the engine as in :class:`OptEx`
     (e.g. ``parallelism=4, history=32, seed=0``; every field of
     :class:`Options`, ``evaluations_per_point``, ``strategy``,
@@ -288,7 +290,8 @@ def minimize(
     ``n_gradient_evaluations`` and ``stop_reason``; its ``loss_history``,
     ``n_dropped`` and ``n_observed`` count this call's rounds only (the
     retry's history is the uninterrupted one's from the pending iteration on).
-    To run k more rounds of an engine on purpose, pass ``max_iters=engine.iteration + k``.
+    To run k more rounds of an engine on purpose, pass
+    ``max_iters=engine.iteration + k``.
 
     ``workers``: "threads", "processes" (``max_workers`` of them, N by default;
     processes start with ``mp_context``, "spawn" by default: safe with threads
