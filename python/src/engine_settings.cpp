@@ -91,7 +91,10 @@ be of the same kind as before and keep its state layout and algorithm (SGD
 or RmsProp momentum cannot switch between zero and non-zero, RmsProp cannot
 start or stop centering, Adam cannot become AdamW): ValueError naming the
 setting. RuntimeError between ask() and tell(). The engine is unchanged after
-any error. Checkpoints store the values in force.
+any error. Checkpoints store the values in force. A learning rate of 0 (where
+warmups start and cosine schedules end) is an ordinary value, as in
+torch.optim: the rounds evaluate their points, all at the iterate, which stays
+bit for bit, while the optimizer state advances.
 )doc");
   cls.def(
       "set_threads",

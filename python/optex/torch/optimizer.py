@@ -178,7 +178,12 @@ class OptEx(torch.optim.Optimizer):
     next ``step``, and the engine keeps its state (moments, step counts,
     history), as ``optex.OptEx.set_optimizer``. A change the engine's state
     cannot follow raises ValueError: momentum switching between zero and
-    non-zero (SGD, RMSprop), RMSprop's ``centered``.
+    non-zero (SGD, RMSprop), RMSprop's ``centered``. The bounds are
+    torch.optim's: an ``lr`` of exactly 0 (where a ``LambdaLR`` warmup starts
+    and ``CosineAnnealingLR(eta_min=0)`` arrives) is taken, and its round
+    evaluates the N gradients, leaves the parameters bit for bit and advances
+    the state as torch.optim's step at lr 0 does; a negative, NaN or infinite
+    value raises ValueError naming the group and the key, with nothing changed.
 
     **Buffers.** By default buffers are the model's business: a module that
     updates a buffer in its forward pass (BatchNorm's running statistics in
