@@ -102,7 +102,7 @@ def test_the_returned_loss_is_the_committed_rows_even_from_a_reused_buffer() -> 
         opt.zero_grad()
         loss = loss_of(model, data)
         loss.backward()
-        losses_seen.append(float(loss))
+        losses_seen.append(float(loss.detach()))
         return buffer.copy_(loss.detach())
 
     found_other_than_last = False

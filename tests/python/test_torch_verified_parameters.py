@@ -56,18 +56,6 @@ def run(parallelism: int, rounds: int, leaving: bool = False, optimizer: str = "
     return bits(torch.cat([model.w.detach(), model.late.detach()])), [steps[-1], late_steps]
 
 
-def sequential_steps(parallelism: int, steps: int, **kwargs) -> tuple[bytes, list[int]]:
-    """Rounds until the run has taken `steps` of w's steps (a verified round takes
-    one or more), compared with the run of one step a round."""
-    model_bits, counts = None, None
-    rounds = 1
-    while True:
-        model_bits, counts = run(parallelism, rounds, **kwargs)
-        if counts[0] >= steps:
-            return model_bits, counts
-        rounds += 1
-
-
 def torch_optim_run(steps: int, leaving: bool = False) -> bytes:
     """The same training with torch.optim.AdamW (its per-parameter step counts: the
     late parameter's bias correction starts at its first gradient)."""
