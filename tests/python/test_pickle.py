@@ -281,3 +281,17 @@ def test_the_checksum_is_the_documented_one() -> None:
     drive(opt, f, 3)
     _, _, state, checksum = opt.__getstate__()
     assert _fnv_state(state) == checksum
+
+
+def test_a_slice_of_a_sharded_engine_is_refused() -> None:
+    """Its sums exchange with the other slices and cannot travel: TypeError naming
+    state_arrays() and from_state_arrays(shard=), and the slice goes on."""
+    from test_shard import Sums, lone_slice
+
+    sliced = lone_slice(Sums())
+    before = sliced.state_arrays()
+    for attempt in (pickle.dumps, copy.deepcopy, copy.copy):
+        with pytest.raises(TypeError, match="a slice of a sharded engine .*from_state_arrays"):
+            attempt(sliced)
+    assert same_state(sliced.state_arrays(), before)
+    sliced.ask()  # still usable
