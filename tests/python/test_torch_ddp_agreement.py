@@ -101,6 +101,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         results = {variant: rank_run(rank, variant) for variant in VARIANTS}
         results["refused"] = refused_without_ddp(rank)
         results["independent"] = independent_runs(rank)
+        results["buffers"] = buffers_run(rank)
         results["changed"] = {shared: changed_outside_step(rank, shared) for shared in (False, True)}
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
@@ -152,6 +153,26 @@ def independent_runs(rank: int) -> bytes:
     for _ in range(3):
         opt.step(closure)
     return bits(flat(model.parameters()))
+
+
+def buffers_run(rank: int) -> dict[str, bytes]:
+    """A BatchNorm model under DDP with buffers=: every rank keeps the same committed
+    buffers (rank 0's) and parameters, though each rank's batch statistics are its own."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = OptEx(ddp.parameters(), lr=0.05, parallelism=N, seed=3, distributed=False, buffers=model)
+    half = halves()[rank]
+
+    def closure():
+        opt.zero_grad()
+        loss = half_loss(ddp, half)
+        loss.backward()
+        return loss
+
+    for _ in range(4):
+        opt.step(closure)
+    return {name: bits(t) for name, t in [*model.named_parameters(), *model.named_buffers()]}
 
 
 def changed_outside_step(rank: int, shared: bool) -> str:
@@ -269,3 +290,11 @@ def test_the_gradient_checksum_sees_one_bit_and_is_the_documented_sum() -> None:
         flipped = rows.clone()
         flipped.view(torch.int32)[1, d - 1] ^= 1
         assert (gradient_checksums(flipped) != sums).tolist() == [False, True, False]
+
+
+def test_committed_buffers_agree_across_the_ranks(ranks: list[dict]) -> None:
+    assert ranks[0]["buffers"] == ranks[1]["buffers"]
+    torch.manual_seed(0)
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
+    assert ranks[0]["buffers"]["1.running_mean"] != bits(fresh[1].running_mean)  # updated
+    assert ranks[0]["buffers"]["0.weight"] != bits(fresh[0].weight)  # trained
