@@ -80,7 +80,18 @@ def copiers():
     def cloudpickled(opt):
         return pickle.loads(cloudpickle.dumps(opt))
 
-    return [*found, cloudpickled]
+    found.append(cloudpickled)
+    try:
+        from distributed.protocol import deserialize, serialize
+    except ImportError:
+        return found
+
+    def dask_shipped(opt):
+        """Dask's own serialisation (pickle protocol 5, its frames out of band)."""
+        header, frames = serialize(opt, serializers=("pickle",))
+        return deserialize(header, [bytes(f) for f in frames])
+
+    return [*found, dask_shipped]
 
 
 @pytest.mark.parametrize("copier", copiers(), ids=lambda c: c.__name__)
