@@ -76,7 +76,6 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
     # such models), so there is nothing to keep.
     buffers = (CommittedBuffers(opt._buffer_tensors)
                if opt._buffer_tensors is not None and not batched else None)
-    params = len(layout.params)
     try:
         results, presence, failure = _evaluate(
             opt, closure, batched, block, seeds, mine, grads_local, losses_local,
@@ -86,16 +85,8 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
         elif ranks is None:
             losses = losses_local
         else:
-            error = None if failure is None else failure[1]
-            if shards is None:
-                losses = ranks.gather(grads_local, losses_local, rows, error)
-            else:
-                losses = ranks.gather_losses(losses_local, n, error)
-                shards.send_gradients(grads_local, rows, n)
-            # Each rank knows its own rows' parameters: a parameter has a gradient at
-            # a point when the rank that evaluated it saw one.
-            presence = torch.tensor(ranks.any_rank(presence.reshape(-1).tolist()),
-                                    dtype=torch.bool).reshape(n, params)
+            losses, presence = _share(ranks, opt._shards, grads_local, losses_local, rows,
+                                      presence, failure)
         if rows.device.type == "cuda":
             torch.cuda.synchronize(rows.device)  # the engine reads the rows on its own stream
         decision = _round_parameters(presence, engine.options.mode == "verified")
@@ -127,6 +118,24 @@ def run(opt: OptEx, closure: Closure | None) -> Any:
     if buffers is not None:
         buffers.keep(committed.start, n, ranks if ranks is not None else replicas)
     return loss_at(committed, info.loss, results, losses)
+
+
+def _share(ranks: Ranks, shards: Any, grads_local: torch.Tensor, losses_local: torch.Tensor,
+           rows: torch.Tensor, presence: torch.Tensor,
+           failure: tuple[int, BaseException] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ranks sharing the points: the gradients go to the engines' rows (whole, or each
+    slice to its owner under shard_state); returns the (N,) float64 host losses and
+    the (N, P) presence, the same on every rank (a parameter has a gradient at a point
+    when the rank that evaluated the point saw one)."""
+    n, params = presence.shape
+    error = None if failure is None else failure[1]
+    if shards is None:
+        losses = ranks.gather(grads_local, losses_local, rows, error)
+    else:
+        losses = ranks.gather_losses(losses_local, n, error)
+        shards.send_gradients(grads_local, rows, n)
+    anywhere = ranks.any_rank(presence.reshape(-1).tolist())
+    return losses, torch.tensor(anywhere, dtype=torch.bool).reshape(n, params)
 
 
 class _RoundParameters:
