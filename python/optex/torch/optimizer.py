@@ -226,7 +226,10 @@ class OptEx(torch.optim.Optimizer):
     values as the start. With the "nccl" backend the exchange uses tensors on
     the parameters' GPU, otherwise CPU tensors. A closure that raises on one
     rank makes every rank raise RuntimeError (naming the rank) instead of
-    hanging. A parameter is unused in a round only if it had no gradient on
+    hanging, and so does a step that one rank refuses before its round
+    (parameters changed outside ``step``, an invalid hyperparameter): that rank
+    raises its own error, the others RuntimeError, and nothing changes on any
+    rank (one all_reduce of a flag per step). A parameter is unused in a round only if it had no gradient on
     any rank; with ``buffers=``, the rank that evaluated the committed point
     broadcasts its buffers.
 
