@@ -6,8 +6,9 @@ the round's decision is collective (exchange.Replicas). Two gloo ranks, spawned.
 The right value is computed independently: one process evaluates both halves at
 each point and averages as DDP and the replicas do (gradients g0 / 2 + g1 / 2 in
 float32, losses (L0 + L1) / 2 in float64); the ranks must end bit for bit there.
-Variants: OptEx's mode, the adaptive strategy, the verified mode, and a loss that
-is NaN on one rank only (drop_nonfinite: both ranks drop that point)."""
+Variants: OptEx's mode, the adaptive strategy, the verified mode, proxy="target" (its
+oracle sees each rank's own loss), and a loss that is NaN on one rank only
+(drop_nonfinite: both ranks drop that point)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ VARIANTS = {
     "adaptive": {"strategy": "adaptive"},
     "verified": {"mode": "verified", "tolerance": 0.0, "history": 8},
     "nan_on_rank_1": {"drop_nonfinite": True},
+    "target": {"proxy": "target"},  # the oracle, called inside ask(), sees this rank's loss
 }
 NAN_ROUND, NAN_POINT = 3, 2  # where rank 1's loss is NaN in the "nan_on_rank_1" variant
 
