@@ -104,6 +104,7 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         results["refused"] = refused_without_ddp(rank)
         results["independent"] = independent_runs(rank)
         results["buffers"] = buffers_run(rank)
+        results["verified_shared"] = verified_gated_run()
         results["changed"] = {shared: changed_outside_step(rank, shared) for shared in (False, True)}
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
@@ -155,6 +156,29 @@ def independent_runs(rank: int) -> bytes:
     for _ in range(3):
         opt.step(closure)
     return bits(flat(model.parameters()))
+
+
+def verified_gated_run() -> tuple[bytes, int]:
+    """The verified mode with a parameter that joins mid-run (test_torch_verified_parameters'
+    model), its points shared between the ranks (distributed=None): which parameters had
+    a gradient at each point is gathered from the rank that evaluated it, so the commit
+    stops where the single-process run's does. Returns (the parameters' bits, w's steps)."""
+    from test_torch_verified_parameters import Gated
+
+    model = Gated()
+    opt = OptEx(model.parameters(), optimizer="adamw", lr=0.05, parallelism=N, history=N, seed=1,
+                mode="verified", tolerance=0.0)
+
+    def closure():
+        opt.zero_grad()
+        loss = model.loss()
+        loss.backward()
+        return loss
+
+    for _ in range(8):
+        opt.step(closure)
+    steps = int(opt.state_dict()["state"][0]["step"])
+    return bits(torch.cat([model.w.detach(), model.late.detach()])), steps
 
 
 def buffers_run(rank: int) -> dict[str, bytes]:
@@ -300,3 +324,15 @@ def test_committed_buffers_agree_across_the_ranks(ranks: list[dict]) -> None:
     fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 2))
     assert ranks[0]["buffers"]["1.running_mean"] != bits(fresh[1].running_mean)  # updated
     assert ranks[0]["buffers"]["0.weight"] != bits(fresh[0].weight)  # trained
+
+
+def test_the_verified_cut_is_the_single_process_one_with_shared_points(ranks: list[dict]) -> None:
+    from test_torch_verified_parameters import Gated, run
+
+    single = single_thread(verified_gated_run)
+    assert ranks[0]["verified_shared"] == ranks[1]["verified_shared"] == single
+    # ... and that is the sequential run of as many steps (parallelism=1).
+    model_bits, steps = single
+    assert run(1, steps)[0] == model_bits
+    # The late parameter joined within these rounds (the cut happened).
+    assert model_bits[-8:] != bits(Gated().late.detach())
