@@ -41,6 +41,20 @@ class Raised:
     traceback: str
 
 
+def as_raised(error: BaseException) -> BaseException:
+    """The objective's exception as it was raised, after its trip back from a worker.
+
+    Some pickling routes rebuild an exception without calling its __init__ (the
+    reducer that Dask's distributed installs, through tblib, for every exception
+    class of the process): state that __init__ derives from ``args`` is lost.
+    SystemExit's exit code is such state: SystemExit(3) would come back with
+    code None, an exit status of 0. It is restored from ``args``.
+    """
+    if isinstance(error, SystemExit) and error.code is None and error.args:
+        error.code = error.args[0] if len(error.args) == 1 else error.args
+    return error
+
+
 def objective_point(row: Any) -> np.ndarray:
     """A point for the objective: a float32 (d,) C-contiguous copy of `row`, which
     nothing of optex writes to afterwards (evaluate_point makes it read-only)."""

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._evaluation import Raised, checked_gradient, evaluate_point, objective_point
+from ._evaluation import Raised, as_raised, checked_gradient, evaluate_point, objective_point
 from ._optex import magnitude_bound
 from ._values import real_loss
 from .evaluation_error import EvaluationError, ExecutorContractError
@@ -156,7 +156,7 @@ class RoundEvaluator:
             if not _is_evaluation(f.result()):
                 raise self._contract_error(i, f"its future's result is {_describe(f.result())}")
             raised: Raised = f.result()
-            error = raised.exception
+            error = as_raised(raised.exception)
             if hasattr(error, "add_note"):  # Python 3.11+
                 error.add_note(
                     f"optex.minimize: raised by fun_and_grad at point {i} of iteration "

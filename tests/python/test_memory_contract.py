@@ -456,6 +456,33 @@ def test_a_late_result_without_an_evaluation_is_a_type_error() -> None:
 # ---- BaseExceptions of the objective -----------------------------------------------
 
 
+class _RebuildingExecutor(cf.Executor):
+    """Sends each result through a pickling route that rebuilds exceptions without
+    __init__ (as the reducer Dask's distributed installs does): SystemExit(3) arrives
+    with code None unless optex restores it."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        out = fn(*args, **kwargs)
+        if isinstance(out, _evaluation.Raised):
+            rebuilt = type(out.exception).__new__(type(out.exception))
+            rebuilt.args = out.exception.args
+            out = _evaluation.Raised(rebuilt, out.traceback)
+        future: cf.Future = cf.Future()
+        future.set_result(out)
+        return future
+
+
+def test_a_system_exit_rebuilt_without_init_keeps_its_exit_code() -> None:
+    rebuilt = SystemExit.__new__(SystemExit)
+    rebuilt.args = (3,)
+    assert rebuilt.code is None  # the loss the repair is for
+    engine = optex.OptEx(X0, optex.Adam(lr=0.05), parallelism=2)
+    with pytest.raises(SystemExit) as err:
+        optex.minimize(raises_system_exit, engine, workers=_RebuildingExecutor(), max_iters=2)
+    assert err.value.code == 3 and err.value.args == (3,)
+    assert engine.pending and engine.iteration == 0
+
+
 @pytest.mark.parametrize(
     "objective, raised",
     [(raises_keyboard_interrupt, KeyboardInterrupt), (raises_system_exit, SystemExit),
