@@ -1,8 +1,6 @@
 // The CPU's device primitives: memory is host memory, every call runs at once
 // on the pool's threads (the streaming passes of streaming.hpp), the T0 x T0
 // algebra is Eigen's. fetch() has nothing to wait for.
-#include <Eigen/Cholesky>
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "optex/backend/device_primitives.hpp"
 #include "optex/backend/streaming.hpp"
 #include "optex/distributed/data_parallel.hpp"
+#include "optex/estimator/gp_fit.hpp"
 #include "optex/util/allocation.hpp"
 
 namespace optex::detail {
@@ -95,31 +94,14 @@ class CpuPrimitives final : public DevicePrimitives {
     }
   }
 
+  // The host's GP factor and solve, shared with GpGradientEstimator (gp_fit.hpp).
   void factor(const double* host, std::size_t n, int* info) override {
-    const auto size = static_cast<Eigen::Index>(n);
-    covariance_ = Eigen::Map<const Eigen::MatrixXd>(host, size, size);
-    cholesky_.compute(covariance_);
-    *info = cholesky_.info() == Eigen::Success ? 0 : 1;
+    *info = gp_.factor(host, n);
   }
   void gp_weights(const double* squared_distances, std::size_t n, Covariance kernel,
                   double inv_scaled_lengthscale, double* weights, double* variance,
                   int* info) override {
-    if (static_cast<std::size_t>(solve_.size()) < n) solve_.resize(static_cast<Eigen::Index>(n));
-    kernel_.resize(n);
-    auto k = solve_.head(static_cast<Eigen::Index>(n));
-    for (std::size_t j = 0; j < n; ++j) {
-      kernel_[j] =
-          covariance_value(kernel, std::sqrt(squared_distances[j]) * inv_scaled_lengthscale);
-      k[static_cast<Eigen::Index>(j)] = kernel_[j];
-    }
-    cholesky_.solveInPlace(k);  // weights = (K + sigma^2 I)^-1 k(X, x)
-    double explained = 0.0;
-    for (std::size_t j = 0; j < n; ++j) {
-      weights[j] = k[static_cast<Eigen::Index>(j)];
-      explained += kernel_[j] * weights[j];
-    }
-    // Round-off may take it a hair below zero at a history point.
-    *variance = std::max(0.0, 1.0 - explained);
+    *variance = gp_.weigh({squared_distances, n}, kernel, inv_scaled_lengthscale, {weights, n});
     *info = 0;
   }
 
@@ -230,10 +212,7 @@ class CpuPrimitives final : public DevicePrimitives {
   std::unique_ptr<BlockPool> pool_;
   std::vector<std::unique_ptr<char[]>> blocks_;  // every allocation, freed with the primitives
   std::vector<const float*> query_pointers_;
-  Eigen::MatrixXd covariance_;
-  Eigen::LLT<Eigen::MatrixXd> cholesky_;
-  Eigen::VectorXd solve_;  // the kernel vector, solved in place into the weights
-  std::vector<double> kernel_;
+  GpFactor gp_;
   std::vector<float> float_weights_;
   std::vector<float> sum_scratch_;
   std::vector<double> mean_scratch_;

@@ -11,12 +11,10 @@
 #include <string>
 #include <vector>
 
-#include <sstream>
-
 #include "backend/device_backend.hpp"
 #include "sharded/completed_sums.hpp"
 
-#include "optex/estimator/gp_estimator.hpp"
+#include "optex/estimator/gp_fit.hpp"
 
 namespace optex::detail {
 
@@ -27,27 +25,25 @@ double DeviceBackend::fit(double lengthscale) {
   refresh_gram();
   const std::size_t n = gram_.size();
   if (n == 0) return 0.0;
-  const double scale = input_scale(gram_, scaling_);
-  int info = 0;
-  for (double jitter = 0.0; jitter <= 1e-2; jitter = jitter == 0.0 ? 1e-10 : jitter * 10.0) {
-    covariance_matrix(gram_, kernel_, scale * lengthscale, noise_ + jitter, covariance_);
-    p_->factor(covariance_.data(), n, flags_);
-    p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, &info, 1)});  // escalate on the host
-    if (info < 0) {
-      throw std::logic_error("device backend: the factorisation rejected argument " +
-                             std::to_string(-info));
-    }
-    if (info == 0) {
-      fitted_size_ = n;
-      fitted_version_ = gram_.version();
-      inv_scaled_lengthscale_ = 1.0 / (scale * lengthscale);
-      return jitter;
-    }
-  }
-  std::ostringstream msg;
-  msg << "gp estimator: Cholesky failed even with jitter 1e-2 (lengthscale " << lengthscale
-      << ", noise " << noise_ << ", history " << n << ")";
-  throw std::runtime_error(msg.str());
+  // The fit GpGradientEstimator runs too (gp_fit.hpp), factorising on the
+  // device: each try waits for its info code, and the host decides whether
+  // to escalate the jitter.
+  const GpFit fit = fit_with_jitter(
+      gram_, {kernel_, noise_, scaling_}, lengthscale, covariance_,
+      [this, n](const Eigen::MatrixXd& covariance) {
+        int info = 0;
+        p_->factor(covariance.data(), n, flags_);
+        p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, &info, 1)});
+        if (info < 0) {
+          throw std::logic_error("device backend: the factorisation rejected argument " +
+                                 std::to_string(-info));
+        }
+        return info;
+      });
+  fitted_size_ = n;
+  fitted_version_ = gram_.version();
+  inv_scaled_lengthscale_ = fit.inv_scaled_lengthscale;
+  return fit.jitter;
 }
 
 void DeviceBackend::begin_batch(Batch& batch) {

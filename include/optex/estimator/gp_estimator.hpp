@@ -4,9 +4,12 @@
 // one kernel over the history points, so mu(x) is a weighted sum of history
 // gradients with weights from a T0 x T0 Cholesky solve. The factor is kept;
 // no inverse is formed.
+//
+// A host-side convenience over the GP pieces the engine runs too
+// (gp_fit.hpp): the same covariance, jitter escalation, weights and variance,
+// so its weights and variance are the engine's on the CPU, bit for bit.
 #pragma once
 
-#include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
@@ -16,25 +19,20 @@
 #include "optex/backend/block_pool.hpp"
 #include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
+#include "optex/estimator/gp_fit.hpp"
 #include "optex/estimator/gradient_history.hpp"
 
 namespace optex {
-
-// The scalar every input is divided by before the kernel sees it.
-double input_scale(const HistoryGram& history, InputScaling scaling);
-
-// out = K + (noise + jitter) I over the history, with K_ij = k(dist_ij / (scale * lengthscale)).
-void covariance_matrix(const HistoryGram& history, Covariance kernel, double scaled_lengthscale,
-                       double diagonal, Eigen::MatrixXd& out);
 
 class GpGradientEstimator {
  public:
   // Throws std::invalid_argument for a negative or non-finite noise.
   GpGradientEstimator(Covariance kernel, double noise, InputScaling scaling, std::size_t capacity);
 
-  // Factorises the covariance of the current history. Jitter escalates by
-  // decades from 0 up to 1e-2 while the factorisation reports a non-positive
-  // pivot; beyond that it throws std::runtime_error.
+  // Factorises the covariance of the current history (fit_with_jitter):
+  // jitter escalates by decades from 0 up to 1e-2 while the factorisation
+  // reports a non-positive pivot; beyond that it throws std::runtime_error
+  // and the estimator is left unfitted.
   void fit(const GradientHistory& history, double lengthscale);
 
   // Writes mu(x) into out (size dim). Requires fit() on this same history.
@@ -56,24 +54,20 @@ class GpGradientEstimator {
   // The GP posterior variance at the x of the last predict() or weigh(), in units of the
   // prior variance k(x, x) = 1: about `noise` at a history point, 1 far from all.
   double variance() const { return variance_; }
-  double jitter() const { return jitter_; }
-  double scale() const { return scale_; }
+  double jitter() const { return fit_.jitter; }
+  double scale() const { return fit_.scale; }
   std::size_t fitted_size() const { return fitted_size_; }
 
  private:
-  Covariance kernel_;
-  double noise_;
-  InputScaling scaling_;
-  double lengthscale_ = 1.0;
-  double scale_ = 1.0;
-  double jitter_ = 0.0;
+  GpSettings settings_;
+  GpFit fit_;
   double variance_ = 0.0;
   std::size_t fitted_size_ = 0;
   std::uint64_t fitted_version_ = 0;  // GradientHistory::version() at the last fit
   Eigen::MatrixXd covariance_;
-  Eigen::LLT<Eigen::MatrixXd> cholesky_;
-  std::vector<double> distances_;  // squared distances, then the kernel vector
-  Eigen::VectorXd weights_;
+  GpFactor factor_;
+  std::vector<double> distances_;  // squared distances from the query
+  std::vector<double> weights_;
 };
 
 }  // namespace optex
