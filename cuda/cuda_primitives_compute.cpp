@@ -208,13 +208,15 @@ void CudaPrimitives::gp_weights(const double* squared_distances, std::size_t n, 
 
 // ---- the optimizer -----------------------------------------------------------------------
 
-void CudaPrimitives::step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state,
+void CudaPrimitives::step(const OptimizerRanges& ranges, std::int64_t step,
+                          detail::StateRows state_in, detail::StateRows state_out,
                           const float* x_in, float* x_out, const detail::StepGradient& gradient,
                           std::size_t d) {
   DeviceGuard guard(index_);
   fill_step_coefficients(ranges, step, coefficients_);
   StateRows slots;
-  std::copy(std::begin(state.slot), std::end(state.slot), std::begin(slots.slot));
+  std::copy(std::begin(state_out.slot), std::end(state_out.slot), std::begin(slots.slot));
+  std::copy(std::begin(state_in.slot), std::end(state_in.slot), std::begin(slots.from));
   if (gradient.weights == nullptr) {
     optimizer_step<float>(nullptr, nullptr, 0, gradient.row, nullptr, x_in, x_out, slots,
                           coefficients_, d, stream());

@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(kThreads)
     SlotValues s = {};
 #pragma unroll
     for (int j = 0; j < kMaxStateSlots; ++j) {
-      if (state.slot[j] != nullptr) s[j] = state.slot[j][k];
+      if (state.slot[j] != nullptr) s[j] = state.from[j][k];  // launch_step set every from[j]
     }
     float x = x_in[k];
     O::update(x, g, s, table.coefficients[r]);
@@ -508,6 +508,9 @@ void launch_step(const Store* history, const double* weights, int nrows, const f
       throw std::invalid_argument("state: slot " + std::to_string(j) + " (" + std::string(name) +
                                   ") must not be null for " + std::string(O::name));
     }
+  }
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    if (state.from[j] == nullptr) state.from[j] = state.slot[j];  // in place
   }
   const bool weighted = weights != nullptr;
   if (weighted) {

@@ -96,8 +96,11 @@ void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n, f
 // ---- the fused optimizer step -------------------------------------------------
 
 // An optimizer state's device rows: slot j's d floats, nullptr where unused.
+// A step reads slot j from from[j] where that is set (stepping out of place:
+// the old state stays as it was) and writes it to slot[j].
 struct StateRows {
   float* slot[kMaxStateSlots] = {};
+  const float* from[kMaxStateSlots] = {};
 };
 
 // The coefficients of one step of optimizer kind O, per range: range r covers

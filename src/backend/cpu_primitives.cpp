@@ -105,42 +105,43 @@ class CpuPrimitives final : public DevicePrimitives {
     *info = 0;
   }
 
-  void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state, const float* x_in,
-            float* x_out, const StepGradient& gradient, std::size_t d) override {
+  void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state_in,
+            StateRows state_out, const float* x_in, float* x_out, const StepGradient& gradient,
+            std::size_t d) override {
     StateSlotPointers slots{};
-    std::copy(std::begin(state.slot), std::end(state.slot), slots.begin());
-    if (gradient.weights == nullptr) {
-      copy(x_in, x_out, d);
-      StepInParts update(ranges, {x_out, d}, slots, step, {gradient.row, d});
-      const std::size_t bytes_per_block =
-          (3 + 2 * static_cast<std::size_t>(ranges.state_slots().count())) * kCoordinateBlock *
-          sizeof(float);
-      pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
-        update.update(first * kCoordinateBlock, last * kCoordinateBlock);
-      });
-      return;
+    std::copy(std::begin(state_out.slot), std::end(state_out.slot), slots.begin());
+    const float* history = nullptr;
+    std::size_t rows = 0;
+    const float* g = gradient.row;
+    float* sum = nullptr;
+    if (gradient.weights != nullptr) {
+      history = fp32(gradient.history);
+      rows = gradient.rows;
+      streaming::float_weights(gradient.weights, rows, float_weights_);
+      sum = gradient.sum;
+      if (sum == nullptr) {
+        sum_scratch_.resize(d);
+        sum = sum_scratch_.data();
+      }
+      g = sum;
     }
-    // One pass that, block by block, forms the weighted sum into `sum`, copies
-    // x_in and steps it: the same bits as weighted_sum, a copy and a step one
-    // after the other (DESIGN.md, "A round's passes").
-    const float* history = fp32(gradient.history);
-    const std::size_t rows = gradient.rows;
-    streaming::float_weights(gradient.weights, rows, float_weights_);
-    float* sum = gradient.sum;
-    if (sum == nullptr) {
-      sum_scratch_.resize(d);
-      sum = sum_scratch_.data();
-    }
-    StepInParts update(ranges, {x_out, d}, slots, step, {sum, d});
+    const StepInParts update(ranges, {x_out, d}, slots, step, {g, d});
+    const StateSlots used = ranges.state_slots();
     const std::size_t bytes_per_block =
-        (rows + 4 + 2 * static_cast<std::size_t>(ranges.state_slots().count())) * kCoordinateBlock *
-        sizeof(float);
+        (rows + 4 + 2 * static_cast<std::size_t>(used.count())) * kCoordinateBlock * sizeof(float);
     pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
       for (std::size_t b = first; b < last; ++b) {
         const std::size_t lo = b * kCoordinateBlock;
         const std::size_t hi = std::min(lo + kCoordinateBlock, d);
-        streaming::weighted_sum_range(history, rows, d, float_weights_.data(), lo, hi, sum);
+        if (sum != nullptr) {
+          streaming::weighted_sum_range(history, rows, d, float_weights_.data(), lo, hi, sum);
+        }
         if (x_in != x_out) std::copy(x_in + lo, x_in + hi, x_out + lo);
+        for (int j = 0; j < kMaxStateSlots; ++j) {
+          if (used.uses(j) && state_in.slot[j] != state_out.slot[j]) {
+            std::copy(state_in.slot[j] + lo, state_in.slot[j] + hi, state_out.slot[j] + lo);
+          }
+        }
         update.update(lo, hi);
       }
     });

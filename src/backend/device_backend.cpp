@@ -150,22 +150,31 @@ BatchRows DeviceBackend::rows_of(Batch& batch) {
 // ---- the optimizer state -----------------------------------------------------------
 
 void DeviceBackend::reset_work_state() {
-  for (int j = 0; j < kMaxStateSlots; ++j) {
-    if (slots_.uses(j)) p_->copy(state_.slot[j], work_.slot[j], d_);
-  }
+  // No copy: the next step reads the committed state and writes the work state.
+  work_is_committed_ = true;
   work_step_ = step_;
 }
 
 void DeviceBackend::enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out) {
-  p_->step(optimizer_, work_step_, work_, x_in, x_out, gradient, d_);
+  p_->step(optimizer_, work_step_, work_is_committed_ ? state_ : work_, work_, x_in, x_out,
+           gradient, d_);
+  work_is_committed_ = false;
   ++work_step_;
+}
+
+void DeviceBackend::materialize_work_state() {
+  if (!work_is_committed_) return;
+  for (int j = 0; j < kMaxStateSlots; ++j) {
+    if (slots_.uses(j)) p_->copy(state_.slot[j], work_.slot[j], d_);
+  }
+  work_is_committed_ = false;
 }
 
 int DeviceBackend::enqueue_within(const float* rows, int nrows) {
   p_->within_bound(rows, static_cast<std::size_t>(nrows), d_, bound_, flags_);
   int count = nrows;
   for (int j = 0; j < kMaxStateSlots; ++j) {
-    if (slots_.uses(j)) p_->within_bound(work_.slot[j], 1, d_, FLT_MAX, flags_ + count++);
+    if (slots_.uses(j)) p_->within_bound(work().slot[j], 1, d_, FLT_MAX, flags_ + count++);
   }
   return count;
 }
@@ -237,6 +246,7 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
   }
   step_ = state.step;
   work_step_ = state.step;
+  work_is_committed_ = true;
   work_state_is_last_ = false;
   fitted_size_ = 0;
   history_host_current_ = false;

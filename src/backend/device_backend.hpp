@@ -110,7 +110,14 @@ class DeviceBackend final : public EngineBackend {
 
   std::size_t bytes_needed(const Options& options) const;
   BatchRows rows_of(Batch& batch);
+  // The work state := the committed state, without a copy: the next step
+  // reads state_ and writes work_ (the step out of place).
   void reset_work_state();
+  // The work state's rows: state_ until a step wrote work_.
+  const StateRows& work() const { return work_is_committed_ ? state_ : work_; }
+  // Copies the committed state into work_ where no step has yet (before the
+  // work state is swapped in as a whole).
+  void materialize_work_state();
   void enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out);
   // Enqueues the bound flags of `nrows` rows and the work state's finiteness.
   int enqueue_within(const float* rows, int nrows);
@@ -178,6 +185,7 @@ class DeviceBackend final : public EngineBackend {
   std::int64_t step_ = 0;
   std::int64_t work_step_ = 0;
   bool work_state_is_last_ = false;  // the work state still is the s_{N-1} ask() left
+  bool work_is_committed_ = true;    // work_'s rows are stale: the work state is state_
   StoredRows history_x_, history_g_;
   // What a commit may overwrite (the min(N, T0) slots from the next one), kept
   // by the first stage_step() of a tell() so that its wait proves the copies

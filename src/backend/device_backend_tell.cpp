@@ -111,6 +111,9 @@ bool DeviceBackend::stage_step(Batch& batch, int c) {
 }
 
 bool DeviceBackend::check_staged() {
+  // The commit swaps the work state in: it must hold the staged state (a
+  // step wrote it; copies of the committed one where nothing stepped).
+  materialize_work_state();
   const int checks = enqueue_within(next_x_, 1);
   const bool backing_up = keeps_backup_ && !backed_up_;
   if (backing_up) enqueue_backup();

@@ -633,14 +633,67 @@ TEST_F(CudaPrimitives, StepWithAGivenRowIsTheCpuStepBitForBit) {
         const std::vector<float> g = Normal(rng, d);
         const auto i = static_cast<std::size_t>(t);
         const std::vector<float> before = Get(*gpu_, gx[in[i]], d);
-        gpu_->step(ranges, t, gs, gx[in[i]], gx[out[i]], {.row = Floats(*gpu_, g)}, d);
-        cpu_->step(ranges, t, cs, cx[in[i]], cx[out[i]], {.row = Floats(*cpu_, g)}, d);
+        gpu_->step(ranges, t, gs, gs, gx[in[i]], gx[out[i]], {.row = Floats(*gpu_, g)}, d);
+        cpu_->step(ranges, t, cs, cs, cx[in[i]], cx[out[i]], {.row = Floats(*cpu_, g)}, d);
         ASSERT_TRUE(BitEqual(Get(*gpu_, gx[out[i]], d), Get(*cpu_, cx[out[i]], d)))
             << "x after step " << t;
         ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "after step " << t;
         if (in[i] != out[i]) {
           EXPECT_TRUE(BitEqual(Get(*gpu_, gx[in[i]], d), before)) << "x_in";
         }
+      }
+    }
+  }
+}
+
+// Out of place: two steps reading one state and writing another, with a given
+// row and with weights: x, the new state (and the sum) are the CPU's bit for
+// bit, and the state read is unchanged on both.
+TEST_F(CudaPrimitives, StepOutOfPlaceIsTheCpuStepBitForBitAndLeavesItsSourceAlone) {
+  std::mt19937 rng(9);
+  for (const std::size_t d : kDims) {
+    const std::vector<float> h = Normal(rng, 5 * d, 2.0);
+    std::vector<double> w(5);
+    for (double& v : w) v = optex::test::normal(rng);
+    for (const auto& config : Configs(d)) {
+      SCOPED_TRACE(config.name + ", d " + std::to_string(d));
+      const OptimizerRanges& ranges = config.optimizer;
+      const std::vector<float> x0 = Normal(rng, d);
+      const std::vector<float> g = Normal(rng, d);
+      float* gx = Floats(*gpu_, x0);
+      float* cx = Floats(*cpu_, x0);
+      const StateRows gs = StateOn(*gpu_, ranges, d);
+      const StateRows cs = StateOn(*cpu_, ranges, d);
+      gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d);  // a state not zero
+      cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d);
+      const StateRows gt = StateOn(*gpu_, ranges, d);
+      const StateRows ct = StateOn(*cpu_, ranges, d);
+      std::vector<std::vector<float>> before;
+      for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+        if (cs.slot[j] != nullptr) before.push_back(Get(*cpu_, cs.slot[j], d));
+      }
+      float* gy = gpu_->floats(d);
+      float* cy = cpu_->floats(d);
+      gpu_->step(ranges, 1, gs, gt, gx, gy, {.row = Floats(*gpu_, g)}, d);
+      cpu_->step(ranges, 1, cs, ct, cx, cy, {.row = Floats(*cpu_, g)}, d);
+      ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, a given row";
+      ASSERT_TRUE(SameState(*gpu_, gt, *cpu_, ct, d)) << "a given row";
+      const StepGradient gw{.history = Stored(*gpu_, h, Storage::fp32),
+                            .weights = Doubles(*gpu_, w),
+                            .rows = 5,
+                            .sum = gpu_->floats(d)};
+      const StepGradient cw{.history = fp32_rows(Floats(*cpu_, h)),
+                            .weights = Doubles(*cpu_, w),
+                            .rows = 5,
+                            .sum = cpu_->floats(d)};
+      gpu_->step(ranges, 1, gs, gt, gx, gy, gw, d);
+      cpu_->step(ranges, 1, cs, ct, cx, cy, cw, d);
+      ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, weights";
+      ASSERT_TRUE(SameState(*gpu_, gt, *cpu_, ct, d)) << "weights";
+      ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "the source state";
+      std::size_t k = 0;
+      for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+        if (cs.slot[j] != nullptr) EXPECT_TRUE(BitEqual(Get(*cpu_, cs.slot[j], d), before[k++]));
       }
     }
   }
@@ -675,16 +728,16 @@ TEST_F(CudaPrimitives, StepWithWeightsIsTheCpuStepBitForBit) {
             const StateRows gs = StateOn(*gpu_, ranges, d);
             const StateRows cs = StateOn(*cpu_, ranges, d);
             // A step from a given row first, so that the state is not zero.
-            gpu_->step(ranges, 0, gs, gx, gx, {.row = Floats(*gpu_, g)}, d);
-            cpu_->step(ranges, 0, cs, cx, cx, {.row = Floats(*cpu_, g)}, d);
+            gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d);
+            cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d);
             StepGradient gw = gg;
             StepGradient cw = cg;
             gw.sum = with_sum ? gpu_->floats(d) : nullptr;
             cw.sum = with_sum ? cpu_->floats(d) : nullptr;
             float* gy = gpu_->floats(d);
             float* cy = cpu_->floats(d);
-            gpu_->step(ranges, 1, gs, gx, gy, gw, d);
-            cpu_->step(ranges, 1, cs, cx, cy, cw, d);
+            gpu_->step(ranges, 1, gs, gs, gx, gy, gw, d);
+            cpu_->step(ranges, 1, cs, cs, cx, cy, cw, d);
             ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, sum " << with_sum;
             ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "sum " << with_sum;
             if (with_sum) {

@@ -6,13 +6,16 @@
 // optimizer update in parts).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
 #include "optex/backend/block_pool.hpp"
+#include "optex/backend/device_primitives.hpp"
 #include "optex/backend/streaming.hpp"
 #include "optex/engine/engine.hpp"
 #include "optex/engine/options.hpp"
@@ -20,6 +23,7 @@
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 #include "support/engine_equality.hpp"
+#include "support/optimizer_configs.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -216,6 +220,78 @@ TEST(FusedProxyStep, TheEnginesProxyPointsArePredictCopyAndApplyStepBitForBit) {
     optex::apply_step(sized, x, state, predicted);
     ASSERT_TRUE(BitEqual(batch.predicted_gradient(i), predicted)) << "point " << i;
     ASSERT_TRUE(BitEqual(batch.point(i + 1), x)) << "point " << i + 1;
+  }
+}
+
+// The CPU primitives' step out of place (state_in != state_out) is the
+// in-place step on a copy, bit for bit, with a given row and with weights,
+// and reads its source state without writing it: the backend steps from the
+// committed state into the work state without copying it first.
+TEST(FusedProxyStep, StepOutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
+  constexpr std::size_t kDim = 2 * 4096 + 77;
+  constexpr std::size_t kRows = 5;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_row = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = normal(rng);
+    return v;
+  };
+  const std::unique_ptr<optex::detail::DevicePrimitives> p = optex::detail::make_cpu_primitives(3);
+  auto put = [&](const std::vector<float>& v) {
+    float* to = p->floats(v.size());
+    std::memcpy(to, v.data(), v.size() * sizeof(float));
+    return to;
+  };
+  const float* history = put(random_row(kRows * kDim));
+  double* weights = p->doubles(kRows);
+  for (std::size_t j = 0; j < kRows; ++j) weights[j] = 0.3 - 0.1 * static_cast<double>(j);
+  for (const auto& config : optex::test::EveryKind()) {
+    SCOPED_TRACE(config.name);
+    const optex::OptimizerRanges ranges = config.optimizer.for_dimension(kDim);
+    const std::vector<float> x0 = random_row(kDim);
+    const float* g = put(random_row(kDim));
+    for (const bool weighted : {false, true}) {
+      SCOPED_TRACE(weighted ? "weights" : "a given row");
+      optex::detail::StateRows source, copy, target;
+      std::vector<float> initial[optex::kMaxStateSlots];
+      for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+        if (!ranges.state_slots().uses(j)) continue;
+        std::vector<float> values = random_row(kDim);
+        for (float& v : values) v = std::abs(v);  // second moments are >= 0
+        initial[j] = values;
+        source.slot[j] = put(values);
+        copy.slot[j] = put(values);
+        target.slot[j] = put(std::vector<float>(kDim, -7.0f));
+      }
+      optex::detail::StepGradient gradient;
+      if (weighted) {
+        gradient.history = optex::detail::fp32_rows(history);
+        gradient.weights = weights;
+        gradient.rows = kRows;
+      } else {
+        gradient.row = g;
+      }
+      float* x_in = put(x0);
+      float* x_in_place = put(x0);
+      float* x_out = put(std::vector<float>(kDim, -7.0f));
+      p->step(ranges, 3, source, target, x_in, x_out, gradient, kDim);
+      p->step(ranges, 3, copy, copy, x_in_place, x_in_place, gradient, kDim);
+      p->fetch({});
+      ASSERT_TRUE(
+          BitEqual(std::span<const float>(x_out, kDim), std::span<const float>(x_in_place, kDim)));
+      EXPECT_TRUE(BitEqual(std::span<const float>(x_in, kDim), x0)) << "x_in written";
+      for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+        if (source.slot[j] == nullptr) continue;
+        EXPECT_TRUE(BitEqual(std::span<const float>(target.slot[j], kDim),
+                             std::span<const float>(copy.slot[j], kDim)))
+            << "slot " << j;
+        EXPECT_TRUE(BitEqual(std::span<const float>(source.slot[j], kDim), initial[j]))
+            << "slot " << j << ": the source state was written";
+        EXPECT_FALSE(BitEqual(std::span<const float>(copy.slot[j], kDim), initial[j]))
+            << "slot " << j << ": the step changed nothing, so the test proves nothing";
+      }
+    }
   }
 }
 

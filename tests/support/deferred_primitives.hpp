@@ -174,12 +174,12 @@ class DeferredPrimitives final : public detail::DevicePrimitives {
   }
 
   // ---- the optimizer: queued ----
-  void step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state,
-            const float* x_in, float* x_out, const detail::StepGradient& gradient,
-            std::size_t d) override {
+  void step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state_in,
+            detail::StateRows state_out, const float* x_in, float* x_out,
+            const detail::StepGradient& gradient, std::size_t d) override {
     if (gradient.weights != nullptr) reads(gradient.weights, gradient.rows);
-    enqueue([p = inner_.get(), ranges, step, state, x_in, x_out, gradient, d] {
-      p->step(ranges, step, state, x_in, x_out, gradient, d);
+    enqueue([p = inner_.get(), ranges, step, state_in, state_out, x_in, x_out, gradient, d] {
+      p->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d);
     });
   }
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,

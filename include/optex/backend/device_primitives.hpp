@@ -161,12 +161,14 @@ class DevicePrimitives : public DeviceRows {
                           int* info) = 0;
 
   // ---- the optimizer ----
-  // x_out := x_in, then the optimizer's update of x_out and `state` with
-  // `gradient`, each coordinate with its range's coefficients at the state's
-  // step `step` (OptimizerRange::local_step). x_in may equal x_out.
-  virtual void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state,
-                    const float* x_in, float* x_out, const StepGradient& gradient,
-                    std::size_t d) = 0;
+  // x_out := x_in and state_out := state_in, then the optimizer's update of
+  // x_out and state_out with `gradient`, each coordinate with its range's
+  // coefficients at the state's step `step` (OptimizerRange::local_step), in
+  // one pass: stepping out of place costs no copy. x_in may equal x_out and
+  // state_in state_out (in place); partial overlaps are not allowed.
+  virtual void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state_in,
+                    StateRows state_out, const float* x_in, float* x_out,
+                    const StepGradient& gradient, std::size_t d) = 0;
   // mean := float(sum of rows[r] for r in `which`, in fp64, in that order, /
   // |which|); when sums is not null: sums[0] = ||mean||^2 (of the fp64 mean),
   // sums[1] = sum over r in which of ||rows[r] - mean||^2 (fp64). `which`

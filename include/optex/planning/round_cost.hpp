@@ -10,12 +10,13 @@
 // optimizer of k state slots (Adam: k = 2), D = 1 evaluation per point and the
 // commit from the last point; d = dim, T0 = history, N = parallelism.
 // DESIGN.md section 4, "A round's passes", has the table:
-//   ask:  begin (copy x to the batch's first row, copy the state)   (2 + 2k) d
+//   ask:  begin (copy x to the batch's first row; the first step
+//         reads the state and writes the work state: no copy)      2 d
 //         each of the N - 1 proxy steps: the distance pass, then
 //         the GP mean, the copy and the update in one pass           (2 T0 + 4 + 2k) d
 //         finite checks of the points and the state                  (N + k) d
 //   tell: finite check of the N gradients                            N d
-//         the staged step                                            (2 + 3 + 2k + 1 + k) d
+//         the staged step (copy and update in one pass), its checks  (3 + 2k + 1 + k) d
 //         the prediction statistics                                  2 (N - 1) d
 //         the step norm                                              2 d
 //         copying the N pairs into the history                       4 N d
