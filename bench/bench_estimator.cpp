@@ -1,21 +1,29 @@
-// CPU cost of the GP gradient estimator against a STREAM-like triad.
+// CPU cost of the engine's GP passes against a STREAM-like triad.
 //
 // DESIGN.md section 4: a proxy step and a Gram update are memory-bound passes
 // over the history, so the figure of merit is bytes moved per second, compared
 // with the triad measured in the same process at the same d and on the same
 // threads. Every benchmark takes a thread count (the last argument): 1 and
-// every core of the machine; the passes and the triad run on one BlockPool.
+// every core of the machine; the triad runs on a BlockPool of that many
+// threads, the engine's passes on its CPU primitives' own pool of as many.
+//
+// The GP benchmarks drive what Engine runs: its device backend on the CPU's
+// primitives (optex::detail::make_cpu_backend), with Adam and a history of
+// T0 pairs, N = 4.
 //
 //   BM_Triad      a[i] = b[i] + s * c[i] over float arrays of d.
-//   BM_ProxyStep  GpGradientEstimator::predict on a full history of T0 pairs,
-//                 then one optex::Adam step with the predicted gradient (what
-//                 Engine::ask() does per proxy step, minus its row copy).
-//   BM_Fit        N = 4 pairs into a full history with GradientHistory::push_all
-//                 (one pass over the points and one over the gradients for
-//                 all of them), then GpGradientEstimator::fit.
+//   BM_ProxyStep  one GP proxy step of the backend (ProxySource::gp, as
+//                 Engine::ask() takes it): the distance pass from the point
+//                 to the T0 history points, the weights (gp_weights), then
+//                 the GP mean, the copy of the point and the Adam update in
+//                 one pass.
+//   BM_Fit        N = 4 pairs into the full history with the backend's
+//                 observe() (the pushes of a commit: one pass over the points
+//                 and one over the gradients for all of them), then the
+//                 backend's fit().
 //   BM_FitOnePairAtATime
-//                 the same with N successive push() calls: the unfused passes
-//                 push_all replaces, side by side with it.
+//                 the same with N successive observe() calls of one pair: the
+//                 unfused passes a commit's pushes replace, side by side.
 //   BM_OptimizerStep/<name>
 //                 one plain optex::apply_step of every base optimizer (by its
 //                 optimizer_from_name name, with its defaults): the
@@ -24,19 +32,20 @@
 // Byte counts (4-byte floats; every array counted once per pass that must touch
 // it; writes counted once, no write-allocate traffic, as STREAM does):
 //   triad  3 d                      read b, c; write a
-//   proxy  (2 T0 + 9) d             predict: read X (T0 d) and G (T0 d), read the
-//                                   query x (d), write mu (d); Adam: read x, m, v,
-//                                   mu and write x, m, v (7 d)
+//   proxy  (2 T0 + 8) d             the distance pass: read X (T0 d) and the point
+//                                   x (d); the fused pass: read G (T0 d), write mu
+//                                   (d), read x and write the next point (2 d),
+//                                   read and write m and v (4 d)
 //   step   (3 + 2 k) d              read x and g, write x; read and write the
 //                                   optimizer's k state slots
-//   fit    (2 T0 + 6 N) d           push_all: read the N new points and gradients
+//   fit    (2 T0 + 6 N) d           observe: read the N new points and gradients
 //                                   and write them into their slots (4 N d), read
 //                                   X (T0 d) and the N queries (N d, their norms in
 //                                   the same pass), read G (T0 d) and the N
 //                                   queries (N d); fit itself is T0 x T0 and
 //                                   counted as 0 bytes
 //   fit, one pair at a time
-//          N (2 T0 + 5) d           per push: 4 d of copies, X (T0 d) and the
+//          N (2 T0 + 5) d           per observe: 4 d of copies, X (T0 d) and the
 //                                   query (d), its norm (d), G (T0 d).
 //
 // Counters: bytes_per_second (SetBytesProcessed, over the benchmark's real
@@ -62,15 +71,17 @@
 #include <vector>
 
 #include "optex/backend/block_pool.hpp"
+#include "optex/backend/device.hpp"
+#include "optex/backend/engine_backend.hpp"
+#include "optex/engine/batch.hpp"
 #include "optex/engine/options.hpp"
 #include "optex/estimator/covariance.hpp"
-#include "optex/estimator/gp_estimator.hpp"
-#include "optex/estimator/gradient_history.hpp"
 #include "optex/optimizers/adam.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
 #include "optex/optimizers/optimizer_state.hpp"
 #include "optex/planning/round_cost.hpp"
+#include "optex/sharded/coordinate_shard.hpp"
 #include "optex/util/random.hpp"
 
 namespace {
@@ -104,55 +115,55 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// One full history and everything a proxy step and a fit need. Only one exists
-// at a time: at d = 1e7, T0 = 64 the history alone is 5.1 GB.
+// The engine's backend on the CPU's primitives with a full history, and
+// everything a proxy step and a fit need. Only one exists at a time: at
+// d = 1e7, T0 = 64 the history alone is 5.1 GB.
 struct Setup {
   std::size_t d;
   std::size_t t0;
-  optex::GradientHistory history;
-  optex::GpGradientEstimator estimator;
   double lengthscale;
-  optex::Adam adam{.lr = 1e-3};
-  optex::OptimizerState state;
-  std::vector<float> x;
-  std::vector<float> mu;
   std::vector<float> new_points;     // kNewPairs x d
   std::vector<float> new_gradients;  // kNewPairs x d
-  optex::Triad paired;               // triad passes interleaved with the measured steps
+  std::unique_ptr<optex::detail::EngineBackend> backend;
+  optex::Batch batch;   // N rows: the proxy step writes point 1 from point 0
+  optex::Triad paired;  // triad passes interleaved with the measured steps
   std::uint64_t pushes = 0;
 
   Setup(std::size_t dim, std::size_t capacity)
       : d(dim),
         t0(capacity),
-        history(capacity, dim),
-        estimator(optex::Covariance::matern52, 1e-3, optex::InputScaling::none, capacity),
         // Independent uniform points in [-1, 1]^d lie about sqrt(2 d / 3) apart:
         // with lengthscale sqrt(d) the kernel values sit near 0.5, far from
         // underflow, and the Gram matrix is well conditioned.
         lengthscale(std::sqrt(static_cast<double>(dim))),
-        state(optex::init_state(adam, dim)),
-        x(dim),
-        mu(dim),
         new_points(kNewPairs * dim),
         new_gradients(kNewPairs * dim),
         paired(dim) {
     optex::SplitMix64 rng(0x5eed'0000 + dim * 131 + capacity);
+    std::vector<float> x0(dim);
+    fill_uniform(x0, rng);
+    optex::Options options;
+    options.parallelism = static_cast<int>(kNewPairs);
+    options.history = static_cast<int>(capacity);
+    options.kernel = optex::Covariance::matern52;
+    options.noise = 1e-3;
+    options.input_scaling = optex::InputScaling::none;
+    const optex::OptimizerRanges adam =
+        optex::OptimizerRanges(optex::Adam{.lr = 1e-3}).for_dimension(dim);
+    backend =
+        optex::detail::make_cpu_backend(x0, adam, options, optex::CoordinateShard::whole(dim));
+    optex::detail::BatchAccess::allocate(batch, options.parallelism, dim, optex::Device::cpu());
     // In chunks of up to kNewPairs pairs, each chunk in one pass.
     for (std::size_t j = 0; j < capacity; j += kNewPairs) {
       const std::size_t count = std::min(kNewPairs, capacity - j);
-      std::vector<const float*> ps, gs;
-      for (std::size_t k = 0; k < count; ++k) {
-        fill_uniform({new_points.data() + k * dim, dim}, rng);
-        fill_uniform({new_gradients.data() + k * dim, dim}, rng);
-        ps.push_back(new_points.data() + k * dim);
-        gs.push_back(new_gradients.data() + k * dim);
-      }
-      history.push_all(ps, gs, pool(0));
+      fill_uniform({new_points.data(), count * dim}, rng);
+      fill_uniform({new_gradients.data(), count * dim}, rng);
+      backend->observe({new_points.data(), count * dim}, {new_gradients.data(), count * dim});
     }
-    fill_uniform(x, rng);
     fill_uniform(new_points, rng);
     fill_uniform(new_gradients, rng);
-    estimator.fit(history, lengthscale);
+    backend->fit(lengthscale);
+    backend->begin_batch(batch);  // point 0 := the iterate
   }
 };
 
@@ -223,14 +234,12 @@ void BM_ProxyStep(benchmark::State& state) {
   Setup& s =
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   const int threads = static_cast<int>(state.range(2));
-  s.estimator.fit(s.history, s.lengthscale);  // BM_Fit may have pushed since
-  const double bytes = (2.0 * static_cast<double>(s.t0) + 9.0) * kFloat * static_cast<double>(s.d);
-  const optex::OptimizerRanges adam = optex::OptimizerRanges(s.adam).for_dimension(s.d);
-  run_paired(state, s.d, threads, s.paired, bytes, [&s, &adam, threads] {
-    s.estimator.predict(s.history, s.x, s.mu, pool(threads));
-    optex::apply_step(adam, s.x, s.state, s.mu, pool(threads));
-    float* x = s.x.data();  // an lvalue: the non-const DoNotOptimize overload
-    benchmark::DoNotOptimize(x);
+  s.backend->set_threads(threads);
+  s.backend->fit(s.lengthscale);  // BM_Fit may have pushed since
+  // Every iteration steps from point 0 with the work state the last one left.
+  const double bytes = (2.0 * static_cast<double>(s.t0) + 8.0) * kFloat * static_cast<double>(s.d);
+  run_paired(state, s.d, threads, s.paired, bytes, [&s] {
+    s.backend->proxy_step(s.batch, 1, optex::detail::ProxySource::gp, {});
     benchmark::ClobberMemory();
   });
 }
@@ -246,17 +255,13 @@ void BM_Fit(benchmark::State& state) {
   Setup& s =
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   const int threads = static_cast<int>(state.range(2));
+  s.backend->set_threads(threads);
   const double bytes = (2.0 * static_cast<double>(s.t0) + 6.0 * static_cast<double>(kNewPairs)) *
                        kFloat * static_cast<double>(s.d);
-  run_paired(state, s.d, threads, s.paired, bytes, [&s, threads] {
-    std::vector<const float*> points, gradients;
-    for (std::size_t i = 0; i < kNewPairs; ++i) {
-      points.push_back(fresh_point(s, i));
-      gradients.push_back(s.new_gradients.data() + i * s.d);
-    }
-    s.history.push_all(points, gradients, pool(threads));
-    s.estimator.fit(s.history, s.lengthscale);
-    double jitter = s.estimator.jitter();
+  run_paired(state, s.d, threads, s.paired, bytes, [&s] {
+    for (std::size_t i = 0; i < kNewPairs; ++i) (void)fresh_point(s, i);
+    s.backend->observe(s.new_points, s.new_gradients);
+    double jitter = s.backend->fit(s.lengthscale);
     benchmark::DoNotOptimize(jitter);
     benchmark::ClobberMemory();
   });
@@ -266,15 +271,15 @@ void BM_FitOnePairAtATime(benchmark::State& state) {
   Setup& s =
       setup(static_cast<std::size_t>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   const int threads = static_cast<int>(state.range(2));
+  s.backend->set_threads(threads);
   const std::size_t n = s.d;
   const double bytes = static_cast<double>(kNewPairs) * (2.0 * static_cast<double>(s.t0) + 5.0) *
                        kFloat * static_cast<double>(n);
-  run_paired(state, s.d, threads, s.paired, bytes, [&s, n, threads] {
+  run_paired(state, s.d, threads, s.paired, bytes, [&s, n] {
     for (std::size_t i = 0; i < kNewPairs; ++i) {
-      s.history.push({fresh_point(s, i), n}, {s.new_gradients.data() + i * n, n}, pool(threads));
+      s.backend->observe({fresh_point(s, i), n}, {s.new_gradients.data() + i * n, n});
     }
-    s.estimator.fit(s.history, s.lengthscale);
-    double jitter = s.estimator.jitter();
+    double jitter = s.backend->fit(s.lengthscale);
     benchmark::DoNotOptimize(jitter);
     benchmark::ClobberMemory();
   });

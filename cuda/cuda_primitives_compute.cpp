@@ -158,6 +158,9 @@ void CudaPrimitives::within_bound(const float* rows, std::size_t nrows, std::siz
 }
 
 // ---- the GP ------------------------------------------------------------------------------
+// The formulas of optex/estimator/gp_fit.hpp, which the host's GpFactor runs: the
+// kernel vector and the clamped variance by the kernels of kernels.cu, the factor and
+// the solve by cuSOLVER (potrf, potrs) instead of Eigen's LLT.
 
 void CudaPrimitives::factor(const double* host, std::size_t n, int* info) {
   DeviceGuard guard(index_);
