@@ -38,6 +38,20 @@ Info tell_slice(Engine& engine, const py::array& grads, const py::array& losses,
   return commit_rows(engine, batch, values, drop_nonfinite, unchanged, "");
 }
 
+// Names the first value of a refused tell() as the caller gave it: a gradient
+// element (row, column; in row-major order), else a loss. The engine decided
+// which rows to refuse; this only finds the value to name.
+[[noreturn]] void throw_refused_value(const py::array& grads, std::span<const double> losses,
+                                      std::size_t d, float bound, const RefusedRowsError& refused) {
+  if (is_float32(grads)) {
+    require_within(values_of<float>(grads), "grads", d, bound, kTellHint);
+  } else {
+    require_within(values_of<double>(grads), "grads", d, bound, kTellHint);
+  }
+  require_finite(losses, "losses", 0, kTellHint);
+  throw std::invalid_argument(std::string("grads: ") + refused.what());  // not reached
+}
+
 Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_nonfinite,
           py::handle unchanged_arg) {
   PyOptEx::Exclusive busy(self, "tell");
@@ -59,21 +73,17 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
       coordinate_ranges_from_python(unchanged_arg, d, "unchanged");
   if (self.is_slice()) return tell_slice(engine, grads, losses, drop_nonfinite, unchanged);
 
-  const bool check = !drop_nonfinite;
   const float bound = magnitude_bound(d);
   py::gil_scoped_release release;
   std::span<const float> g;
   std::vector<float> rounded;
   if (is_float32(grads)) {
     g = values_of<float>(grads);
-    if (check) require_within(g, "grads", d, bound, kTellHint);
   } else {
-    // Checked, then rounded into a buffer of its own: the batch's rows change
-    // only when tell() commits.
-    const auto values = values_of<double>(grads);
-    if (check) require_within(values, "grads", d, bound, kTellHint);
-    rounded.resize(values.size());
-    round_to_float32(values, rounded, "grads", d, false, kTellHint);
+    // Rounded into a buffer of its own: the batch's rows change only when
+    // tell() commits.
+    rounded.resize(grads.size());
+    round_to_float32(values_of<double>(grads), rounded, "grads", d, false, kTellHint);
     g = rounded;
   }
   std::vector<double> widened;
@@ -85,8 +95,12 @@ Info tell(PyOptEx& self, py::handle grads_arg, py::handle losses_arg, bool drop_
   } else {
     l = values_of<double>(losses);
   }
-  if (check) require_finite(l, "losses", 0, kTellHint);
-  return Info(engine.tell(g, l, unchanged));
+  try {
+    // The engine's commit checks the rows, once, and refuses before changing anything.
+    return Info(engine.tell(g, l, unchanged, nonfinite_rows(drop_nonfinite)));
+  } catch (const RefusedRowsError& refused) {
+    throw_refused_value(grads, l, d, bound, refused);
+  }
 }
 
 py::array ask(const py::object& self_obj) {

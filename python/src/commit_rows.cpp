@@ -23,22 +23,28 @@ std::vector<double> losses_from(const py::array& losses) {
   return values;
 }
 
+NonfiniteRows nonfinite_rows(bool drop_nonfinite) {
+  return drop_nonfinite ? NonfiniteRows::drop : NonfiniteRows::refuse;
+}
+
 Info commit_rows(Engine& engine, Batch& batch, std::span<const double> losses, bool drop_nonfinite,
                  std::span<const CoordinateRange> unchanged, const std::string& rows) {
   const std::vector<double> before(batch.losses().begin(), batch.losses().end());
   std::copy(losses.begin(), losses.end(), batch.losses().begin());
-  if (!drop_nonfinite) {
-    const std::vector<int> bad = engine.nonfinite_points(batch);
-    if (!bad.empty()) {
-      std::copy(before.begin(), before.end(), batch.losses().begin());
-      std::string points;
-      for (const int i : bad) points += (points.empty() ? "" : ", ") + std::to_string(i);
-      throw std::invalid_argument("grads: the gradient rows of points " + points + rows +
-                                  " are not finite or exceed the magnitude bound " +
-                                  std::to_string(magnitude_bound(engine.shard().dim)) + kTellHint);
-    }
+  try {
+    // The engine's commit checks the rows, once, and refuses before changing anything.
+    return Info(engine.tell(batch, unchanged, nonfinite_rows(drop_nonfinite)));
+  } catch (const RefusedRowsError& refused) {
+    std::copy(before.begin(), before.end(), batch.losses().begin());
+    std::string points;
+    for (const int i : refused.rows()) points += (points.empty() ? "" : ", ") + std::to_string(i);
+    throw std::invalid_argument("grads: the gradient rows of points " + points + rows +
+                                " are not finite or exceed the magnitude bound " +
+                                std::to_string(magnitude_bound(engine.shard().dim)) + kTellHint);
+  } catch (...) {
+    std::copy(before.begin(), before.end(), batch.losses().begin());
+    throw;
   }
-  return Info(engine.tell(batch, unchanged));
 }
 
 }  // namespace optex::python

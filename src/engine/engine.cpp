@@ -77,6 +77,27 @@ std::runtime_error nothing_to_commit(std::int64_t iteration) {
       "pending");
 }
 
+std::string refused_rows_message(const std::vector<int>& rows, std::int64_t iteration,
+                                 float bound) {
+  std::ostringstream msg;
+  msg << "tell: row" << (rows.size() == 1 ? " " : "s ");
+  for (std::size_t i = 0; i < rows.size(); ++i) msg << (i > 0 ? ", " : "") << rows[i];
+  msg << " of iteration " << iteration
+      << " have a gradient that is not finite or exceeds the magnitude bound " << bound
+      << ", or a loss that is not finite; nothing was committed and the batch is still pending "
+         "(NonfiniteRows::drop keeps such rows out of the history instead)";
+  return msg.str();
+}
+
+// The rows whose flag is 0, ascending.
+std::vector<int> inadmissible_rows(std::span<const char> admissible) {
+  std::vector<int> rows;
+  for (std::size_t r = 0; r < admissible.size(); ++r) {
+    if (!admissible[r]) rows.push_back(static_cast<int>(r));
+  }
+  return rows;
+}
+
 const Options& checked_options(const Options& o, const CoordinateShard& shard) {
   o.validate();
   if (!shard.is_whole() && o.proxy == Proxy::target) {
@@ -96,6 +117,9 @@ std::unique_ptr<detail::EngineBackend> make_backend(std::span<const float> x0,
 }
 
 }  // namespace
+
+RefusedRowsError::RefusedRowsError(std::vector<int> rows, std::int64_t iteration, float bound)
+    : std::invalid_argument(refused_rows_message(rows, iteration, bound)), rows_(std::move(rows)) {}
 
 void detail::group_mean(Engine& engine, const float* blocks, std::size_t count, std::size_t n,
                         float* out) {
@@ -312,20 +336,26 @@ void Engine::hold_batch(Batch& chain) {
   }
 }
 
-std::vector<int> Engine::nonfinite_points(Batch& batch) {
-  check_pending_batch(batch);
-  backend().check_gradients(batch, finite_);
-  std::vector<int> points;
-  for (int i = 0; i < batch.size(); ++i) {
-    if (!finite_[static_cast<std::size_t>(i)] || !std::isfinite(batch.loss(i))) points.push_back(i);
+void Engine::admit_rows(Batch& rows, std::span<char> admissible) {
+  backend().check_gradients(rows, admissible);
+  for (std::size_t r = 0; r < admissible.size(); ++r) {
+    char& ok = admissible[r];
+    ok = ok && std::isfinite(rows.loss(static_cast<int>(r))) ? 1 : 0;
   }
-  return points;
 }
 
-const IterationInfo& Engine::tell(Batch& batch, std::span<const CoordinateRange> unchanged) {
+std::vector<int> Engine::nonfinite_points(Batch& batch) {
+  check_pending_batch(batch);
+  const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(batch.size()));
+  admit_rows(batch, admissible);
+  return inadmissible_rows(admissible);
+}
+
+const IterationInfo& Engine::tell(Batch& batch, std::span<const CoordinateRange> unchanged,
+                                  NonfiniteRows nonfinite) {
   check_pending_batch(batch);
   check_coordinate_ranges(unchanged, dim(), "unchanged");
-  return commit(batch, unchanged);
+  return commit(batch, unchanged, nonfinite);
 }
 
 void Engine::check_pending_batch(const Batch& batch) const {
@@ -344,7 +374,8 @@ void Engine::check_pending_batch(const Batch& batch) const {
 }
 
 const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<const double> losses,
-                                  std::span<const CoordinateRange> unchanged) {
+                                  std::span<const CoordinateRange> unchanged,
+                                  NonfiniteRows nonfinite) {
   if (!pending_) {
     throw std::runtime_error("tell: no pending batch (iteration " + std::to_string(iteration_) +
                              "): call ask() first; tell() commits each batch once");
@@ -366,14 +397,18 @@ const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<co
                                 " does not match N = " + std::to_string(n));
   }
   check_coordinate_ranges(unchanged, d, "unchanged");
-  // Validate before writing: without a single admissible pair nothing is written.
-  const float bound = magnitude_bound(d);
-  bool any_admissible = false;
-  for (std::size_t i = 0; i < n && !any_admissible; ++i) {
-    any_admissible =
-        std::isfinite(losses[i]) && all_within_bound(gradients.subspan(i * d, d), bound);
+  // Dropping: validate before writing, without a single admissible pair
+  // nothing is written. Refusing: the commit's check decides (no pass of its
+  // own here), and a refusal restores what was written below.
+  if (nonfinite == NonfiniteRows::drop) {
+    const float bound = magnitude_bound(d);
+    bool any_admissible = false;
+    for (std::size_t i = 0; i < n && !any_admissible; ++i) {
+      any_admissible =
+          std::isfinite(losses[i]) && all_within_bound(gradients.subspan(i * d, d), bound);
+    }
+    if (!any_admissible) throw nothing_to_commit(iteration_);
   }
-  if (!any_admissible) throw nothing_to_commit(iteration_);
 
   // The commit may still refuse (every step overflows): the rows this call
   // replaces are kept until it succeeds. Bindings may hand the batch's own
@@ -396,7 +431,7 @@ const IterationInfo& Engine::tell(std::span<const float> gradients, std::span<co
     device_rows->download(batch_.device_grads(), replaced_device_rows_.data(), n * d);
   }
   try {
-    return commit(batch_, unchanged);
+    return commit(batch_, unchanged, nonfinite);
   } catch (...) {
     if (device_rows != nullptr) {
       device_rows->upload(replaced_device_rows_.data(), batch_.device_grads(), n * d);
@@ -432,32 +467,33 @@ int Engine::commit_point(Batch& chain, std::span<char> admissible) {
   return -1;
 }
 
-const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRange> unchanged) {
+const IterationInfo& Engine::commit(Batch& batch, std::span<const CoordinateRange> unchanged,
+                                    NonfiniteRows nonfinite) {
   // With a chain, the caller's rows are evaluations: each point's gradient and
   // loss become the means of its admissible ones, written to the chain only.
   const bool with_chain = uses_chain();
   Batch& chain = with_chain ? chain_ : batch;
-  double gradient_noise = std::numeric_limits<double>::quiet_NaN();
-  if (with_chain) {
-    backend().check_gradients(batch, admissible_rows_);
-    for (int r = 0; r < batch.size(); ++r) {
-      char& ok = admissible_rows_[static_cast<std::size_t>(r)];
-      ok = ok && std::isfinite(batch.loss(r)) ? 1 : 0;
-    }
-    gradient_noise = backend().reduce_evaluations(batch, admissible_rows_, plan_, chain_);
-  }
   const int n = chain.size();
   const std::span<char> admissible(finite_.data(), static_cast<std::size_t>(n));
-  // Which pairs may enter the history, and which point the commit steps from. A
-  // point's mean is of admissible rows only, so within the bound: its loss decides.
-  if (with_chain) {
-    std::fill(admissible.begin(), admissible.end(), 1);
-  } else {
-    backend().check_gradients(chain, admissible);
+  // The caller's rows are checked once, here; refusing, before anything changes.
+  const std::span<char> rows_admissible =
+      with_chain ? std::span<char>(admissible_rows_.data(), static_cast<std::size_t>(batch.size()))
+                 : admissible;
+  admit_rows(batch, rows_admissible);
+  if (nonfinite == NonfiniteRows::refuse) {
+    std::vector<int> refused = inadmissible_rows(rows_admissible);
+    if (!refused.empty()) {
+      throw RefusedRowsError(std::move(refused), iteration_, magnitude_bound(shard_.dim));
+    }
   }
-  for (int i = 0; i < n; ++i) {
-    char& ok = admissible[static_cast<std::size_t>(i)];
-    ok = ok && std::isfinite(chain.loss(i)) ? 1 : 0;
+  double gradient_noise = std::numeric_limits<double>::quiet_NaN();
+  if (with_chain) {
+    gradient_noise = backend().reduce_evaluations(batch, admissible_rows_, plan_, chain_);
+    // A point's mean is of admissible rows only, so within the bound: its loss
+    // (non-finite when none of its rows was admissible) decides.
+    for (int i = 0; i < n; ++i) {
+      admissible[static_cast<std::size_t>(i)] = std::isfinite(chain.loss(i)) ? 1 : 0;
+    }
   }
   const bool verified = options_.mode == Mode::verified;
   double disagreement = std::numeric_limits<double>::quiet_NaN();

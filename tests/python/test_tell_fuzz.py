@@ -84,6 +84,62 @@ def test_a_refused_tell_writes_nothing_that_a_later_tell_could_commit(dtype) -> 
     assert checkpoint_bytes(opt) == checkpoint_bytes(twin)
 
 
+@pytest.mark.parametrize("evaluations", [1, 2])
+@pytest.mark.parametrize(
+    ("bad", "points"),
+    [
+        ({(1, 2): np.nan}, "1"),
+        ({(2, 0): np.inf}, "2"),
+        ({(0, 3): -2.0 * BOUND}, "0"),  # beyond the bound
+        ({(0, 1): np.nan, (5, 3): np.inf}, "0, 5"),  # the first and the last row
+        ({(r, r % D): np.nan for r in range(6)}, "0, 1, 2, 3, 4, 5"),  # every row
+    ],
+)
+@pytest.mark.parametrize("through", ["tell", "tell_device"])
+def test_a_refused_tell_changes_nothing_and_the_retry_commits_as_a_twin(
+        bad, points, evaluations, through) -> None:
+    """The engine's commit refuses the rows (one check), before anything changes: the
+    retry with good rows commits exactly as a twin that never saw the bad call. With
+    several evaluations per point the rows named are the evaluation rows."""
+    opt = warmed_points(evaluations, "last")
+    twin = warmed_points(evaluations, "last")
+    losses, grads = PROBLEM.value_and_grad(opt.ask())
+    grads = grads.astype(np.float32)
+    bad_grads = grads.copy()
+    for index, value in bad.items():
+        bad_grads[index] = value
+    x, step, pending_rows = opt.x.tobytes(), opt.optimizer_step, rows(opt)
+    if through == "tell":
+        first = min(bad)  # the flat path names the first bad element, row-major
+        message = rf"^grads: row {first[0]}, column {first[1]} is "
+        with pytest.raises(ValueError, match=message + ".*pass drop_nonfinite=True"):
+            opt.tell(bad_grads, losses)
+        assert rows(opt).tobytes() == pending_rows.tobytes()  # the batch's rows as they were
+    else:
+        np.from_dlpack(opt.device_grads())[...] = bad_grads
+        with pytest.raises(ValueError, match=rf"^grads: the gradient rows of points {points} "
+                                             r"\(written through device_grads\(\)\) are not "
+                                             r"finite or exceed the magnitude bound .*; pass "
+                                             r"drop_nonfinite=True to let the engine drop such "
+                                             r"points$"):
+            opt.tell_device(losses)
+        assert rows(opt).tobytes() == bad_grads.tobytes()  # the caller's rows, untouched
+        np.from_dlpack(opt.device_grads())[...] = grads
+    assert opt.pending and opt.iteration == twin.iteration == 2
+    assert opt.x.tobytes() == x and opt.optimizer_step == step
+    # The retry with good rows, through the same path: as the twin's one call.
+    if through == "tell":
+        info = opt.tell(grads, losses)
+    else:
+        info = opt.tell_device(losses)
+    assert info.dropped == 0
+    twin_losses, twin_grads = PROBLEM.value_and_grad(twin.ask())
+    twin.tell(twin_grads, twin_losses)
+    assert checkpoint_bytes(opt) == checkpoint_bytes(twin)
+    commit_the_same(opt, twin)
+    assert checkpoint_bytes(opt) == checkpoint_bytes(twin)
+
+
 @pytest.mark.parametrize(
     ("value", "dtype", "message"),
     [

@@ -40,6 +40,7 @@
 #include "optex/engine/engine_snapshot.hpp"
 #include "optex/engine/iteration_info.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/engine/refused_rows.hpp"
 #include "optex/estimator/gradient_history.hpp"
 #include "optex/optimizers/optimizer.hpp"
 #include "optex/optimizers/optimizer_ranges.hpp"
@@ -118,17 +119,36 @@ class Engine {
   // [0, dim()), sorted by offset and disjoint (check_coordinate_ranges):
   // otherwise std::invalid_argument naming the range, before anything
   // changes, and the batch stays pending.
-  const IterationInfo& tell(Batch& batch, std::span<const CoordinateRange> unchanged = {});
+  //
+  // `nonfinite`: what happens to an inadmissible row (a gradient not finite
+  // or above magnitude_bound, or a loss not finite). NonfiniteRows::drop
+  // keeps it out of the history (see the top of this file).
+  // NonfiniteRows::refuse throws RefusedRowsError (a std::invalid_argument)
+  // listing every such row, ascending, when there is one: the evaluation
+  // rows when a point has several (Options::evaluations_per_point). The
+  // commit's own check decides, one pass over the rows (on a device, where
+  // they live; on a slice of a sharded engine, completed across the slices,
+  // so that every slice refuses alike), and the refusal comes before
+  // anything changes: iterate, state, history, RNG, the batch's rows and
+  // losses; the batch stays pending, and a tell with admissible rows commits
+  // as if the refused call had not been made.
+  const IterationInfo& tell(Batch& batch, std::span<const CoordinateRange> unchanged = {},
+                            NonfiniteRows nonfinite = NonfiniteRows::drop);
 
-  // The points of the pending batch whose gradient row or loss is not finite
-  // (tell() would drop them), in order. On a device engine the rows are
-  // checked where they live. For callers that refuse such points instead.
-  // Throws like tell() for a foreign or stale batch; changes nothing.
+  // The rows of the pending batch that tell() would drop (a gradient row not
+  // finite or above the bound, or a loss not finite), in order: the same
+  // rows tell(..., NonfiniteRows::refuse) refuses. On a device engine the
+  // rows are checked where they live. A query: to refuse such rows, tell in
+  // refuse mode instead, which checks them once. Throws like tell() for a
+  // foreign or stale batch; changes nothing.
   std::vector<int> nonfinite_points(Batch& batch);
 
-  // The same, from flat arrays: gradients N x d row-major, losses N.
+  // The same, from flat arrays: gradients N x d row-major, losses N. In
+  // refuse mode, a refusal also restores the rows and losses this call wrote
+  // into the batch.
   const IterationInfo& tell(std::span<const float> gradients, std::span<const double> losses,
-                            std::span<const CoordinateRange> unchanged = {});
+                            std::span<const CoordinateRange> unchanged = {},
+                            NonfiniteRows nonfinite = NonfiniteRows::drop);
 
   // Adds m true pairs (points row-major m x dim(), gradients m x dim()) to
   // the history, in order, as the pushes of a commit would (beyond T0 only
@@ -282,7 +302,11 @@ class Engine {
                      int& usable);
   // Throws unless `batch` is this engine's pending batch.
   void check_pending_batch(const Batch& batch) const;
-  const IterationInfo& commit(Batch& batch, std::span<const CoordinateRange> unchanged);
+  // Marks each row of `rows` admissible or not (check_gradients, then its
+  // loss): the one rule of which rows tell() drops or refuses.
+  void admit_rows(Batch& rows, std::span<char> admissible);
+  const IterationInfo& commit(Batch& batch, std::span<const CoordinateRange> unchanged,
+                              NonfiniteRows nonfinite);
 
   Options options_;
   CoordinateShard shard_;                           // the whole vector unless sharded
