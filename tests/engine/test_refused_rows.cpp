@@ -332,18 +332,18 @@ TEST(RefusedRows, TheRowsAreCheckedOncePerTell) {
     Evaluate(b);
     const float kept = b.grad(2)[1];
     b.grad(2)[1] = kNaN;
-    EXPECT_EQ(counted([&] {
-                EXPECT_THROW(refusing.tell(b, {}, NonfiniteRows::refuse), RefusedRowsError);
-              }),
-              1);
-    EXPECT_EQ(counted([&] { refusing.nonfinite_points(b); }), 1);  // what a pre-check costs
+    const auto refused = counted(
+        [&] { EXPECT_THROW(refusing.tell(b, {}, NonfiniteRows::refuse), RefusedRowsError); });
+    EXPECT_EQ(refused, 1) << "within_bound passes of a refused tell";
+    const auto query = counted([&] { refusing.nonfinite_points(b); });
+    EXPECT_EQ(query, 1) << "within_bound passes of nonfinite_points (what a pre-check costs)";
     b.grad(2)[1] = kept;
     const auto refuse_mode = counted([&] { refusing.tell(b, {}, NonfiniteRows::refuse); });
 
     Batch& d = dropping.ask();
     Evaluate(d);
     const auto drop_mode = counted([&] { dropping.tell(d); });
-    EXPECT_EQ(refuse_mode, drop_mode);
+    EXPECT_EQ(refuse_mode, drop_mode) << "within_bound passes of an admitted tell";
     EXPECT_GE(drop_mode, 1);
     const FaultControl::Pause pause(control);
     EXPECT_TRUE(SameEngine(refusing, dropping));
