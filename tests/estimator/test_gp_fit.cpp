@@ -210,8 +210,14 @@ TEST(GpFactor, RefusesAQueryOfAnotherSizeWritingNothing) {
 
 // ---- the estimator is the engine's GP, bit for bit ---------------------------------------
 
-// The CPU's primitives, keeping what every gp_weights() call wrote.
-class RecordingPrimitives final : public detail::DevicePrimitives {
+// The CPU's primitives, keeping what every gp_weights() call wrote. step() is forwarded
+// with the parameters of DevicePrimitives::step, whatever they are (StepParameters): the
+// optimizer's side of the interface is no concern of the GP's.
+template <class StepMember>
+class Recording;
+template <class... StepParameters>
+class Recording<void (detail::DevicePrimitives::*)(StepParameters...)> final
+    : public detail::DevicePrimitives {
  public:
   struct Weighing {
     std::vector<double> weights;
@@ -219,7 +225,7 @@ class RecordingPrimitives final : public detail::DevicePrimitives {
   };
   std::vector<Weighing> weighings;
 
-  RecordingPrimitives() : cpu_(detail::make_cpu_primitives(1)) {}
+  Recording() : cpu_(detail::make_cpu_primitives(1)) {}
 
   optex::Device device() const override { return cpu_->device(); }
   bool host_memory() const override { return cpu_->host_memory(); }
@@ -276,11 +282,7 @@ class RecordingPrimitives final : public detail::DevicePrimitives {
     cpu_->gp_weights(squared_distances, n, kernel, inv_scaled_lengthscale, weights, variance, info);
     weighings.push_back({{weights, weights + n}, *variance});  // the CPU has run it already
   }
-  void step(const optex::OptimizerRanges& ranges, std::int64_t step, detail::StateRows state_in,
-            detail::StateRows state_out, const float* x_in, float* x_out,
-            const detail::StepGradient& gradient, std::size_t d) override {
-    cpu_->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d);
-  }
+  void step(StepParameters... parameters) override { cpu_->step(parameters...); }
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
                     double* sums) override {
     cpu_->mean_of_rows(rows, which, d, mean, sums);
@@ -306,6 +308,7 @@ class RecordingPrimitives final : public detail::DevicePrimitives {
  private:
   std::unique_ptr<detail::DevicePrimitives> cpu_;
 };
+using RecordingPrimitives = Recording<decltype(&detail::DevicePrimitives::step)>;
 
 // One GP problem: n pairs (row-major n x d points and gradients), the query and the fit.
 struct GpCase {
