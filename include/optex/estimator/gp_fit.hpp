@@ -67,7 +67,9 @@ class GpFactor {
  public:
   GpFactor();
 
-  // Makes room for n x n without allocating later (throws std::bad_alloc).
+  // Allocates an n x n factor up front (the identity's: size() is then n),
+  // so that what does not fit fails here rather than at a later fit.
+  // Throws std::bad_alloc.
   void reserve(std::size_t n);
 
   // Factorises the n x n column-major `covariance`; returns 0 on success, 1
