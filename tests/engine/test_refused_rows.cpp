@@ -14,6 +14,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optex/backend/device_primitives.hpp"
@@ -320,8 +321,12 @@ TEST(RefusedRows, TheRowsAreCheckedOncePerTell) {
     return within_bound_calls();
   };
   const std::vector<float> x0 = UniformStart(kDim, 26);
-  for (const int evaluations : {1, 2}) {
-    SCOPED_TRACE(evaluations);
+  // The CPU's primitives, and deferred ones (a device's late results).
+  for (const auto& [deferred, evaluations] :
+       {std::pair{false, 1}, std::pair{false, 2}, std::pair{true, 1}, std::pair{true, 2}}) {
+    SCOPED_TRACE(std::string(deferred ? "deferred" : "cpu") + ", evaluations per point " +
+                 std::to_string(evaluations));
+    control.deferred = deferred;
     const Options o = WithEvaluations(evaluations);
     Engine refusing(x0, Adam{.lr = 0.02}, o);
     Engine dropping(x0, Adam{.lr = 0.02}, o);
