@@ -16,6 +16,7 @@
 //   BM_RoundReference/...   the authors' reference settings: Options::reference(5)
 //                           (T0 = 50, no lengthscale selection, the commit from
 //                           the last point) at d = 1e5
+//   BM_Round/d/32/2, /16    with N = 4 and 8: how a round grows with N
 //   BM_Round/d/32/1         a round that makes no prediction (N = 1), next to
 //   BM_PlainStep/d          one plain fused Adam step (optex::apply_step) on
 //                           every core: what such a round costs beyond the step
@@ -162,14 +163,23 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark("BM_RoundReference", BM_RoundReference)->Args({100'000, 50, 5}),
       100'000);
   configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({100'000, 50, 5}), 100'000);
-  for (const std::int64_t d : {100'000, 1'000'000}) {
+  // How a round grows with N at T0 = 32 (N = 4 and 8 are above): one d-pass
+  // per point is the goal, T0 passes per point today's proxy steps.
+  for (const std::int64_t d : {1'000'000, 10'000'000}) {
+    for (const std::int64_t n : {2, 16}) {
+      configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({d, 32, n}), d);
+    }
+  }
+  for (const std::int64_t d : {100'000, 1'000'000, 10'000'000}) {
     configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({d, 32, 1}), d);
     benchmark::RegisterBenchmark("BM_PlainStep", BM_PlainStep)
         ->Arg(d)
         ->ArgName("d")
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
-        ->Iterations(d >= 1'000'000 ? 20 : 100);
+        ->Iterations(d >= 10'000'000  ? 10
+                     : d >= 1'000'000 ? 20
+                                      : 100);
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -87,7 +87,8 @@ class CudaPrimitives final : public detail::DevicePrimitives {
   // ---- the optimizer (cuda_primitives_compute.cpp) ----
   void step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state_in,
             detail::StateRows state_out, const float* x_in, float* x_out,
-            const detail::StepGradient& gradient, std::size_t d) override;
+            const detail::StepGradient& gradient, std::size_t d,
+            const detail::StepChecks& checks) override;
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
                     double* sums) override;
   void mean_in_rank_order(const float* blocks, std::size_t count, std::size_t n,

@@ -6,6 +6,7 @@
 #include <cusolverDn.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -214,8 +215,15 @@ void CudaPrimitives::gp_weights(const double* squared_distances, std::size_t n, 
 void CudaPrimitives::step(const OptimizerRanges& ranges, std::int64_t step,
                           detail::StateRows state_in, detail::StateRows state_out,
                           const float* x_in, float* x_out, const detail::StepGradient& gradient,
-                          std::size_t d) {
+                          std::size_t d, const detail::StepChecks& checks) {
   DeviceGuard guard(index_);
+  const float* g = gradient.weights == nullptr ? gradient.row : gradient.sum;
+  if (checks.gradient_norm != nullptr && g == nullptr) {
+    throw std::invalid_argument("checks: the gradient's norm of a weighted step needs its sum row");
+  }
+  if (checks.step_length != nullptr && x_in == x_out) {
+    throw std::invalid_argument("checks: the step's length needs x_in and x_out apart");
+  }
   fill_step_coefficients(ranges, step, coefficients_);
   StateRows slots;
   std::copy(std::begin(state_out.slot), std::end(state_out.slot), std::begin(slots.slot));
@@ -223,14 +231,29 @@ void CudaPrimitives::step(const OptimizerRanges& ranges, std::int64_t step,
   if (gradient.weights == nullptr) {
     optimizer_step<float>(nullptr, nullptr, 0, gradient.row, nullptr, x_in, x_out, slots,
                           coefficients_, d, stream());
-    return;
+  } else {
+    const int rows = checked_int(gradient.rows, "rows");
+    with_store(gradient.history.storage, [&](auto tag) {
+      using Store = decltype(tag);
+      optimizer_step<Store>(as<Store>(gradient.history), gradient.weights, rows, nullptr,
+                            gradient.sum, x_in, x_out, slots, coefficients_, d, stream());
+    });
   }
-  const int rows = checked_int(gradient.rows, "rows");
-  with_store(gradient.history.storage, [&](auto tag) {
-    using Store = decltype(tag);
-    optimizer_step<Store>(as<Store>(gradient.history), gradient.weights, rows, nullptr,
-                          gradient.sum, x_in, x_out, slots, coefficients_, d, stream());
-  });
+  // The checks as passes of their own, through the primitives that define
+  // them: the values the CPU takes inside its step's pass.
+  if (checks.flags != nullptr) {
+    within_bound(x_out, 1, d, checks.bound, checks.flags);
+    int r = 1;
+    for (int j = 0; j < kMaxStateSlots; ++j) {
+      if (ranges.state_slots().uses(j))
+        within_bound(state_out.slot[j], 1, d, FLT_MAX, checks.flags + r++);
+    }
+  }
+  if (checks.gradient_norm != nullptr) dot(g, g, d, checks.gradient_norm);
+  if (checks.step_length != nullptr) {
+    const detail::StoredRows from = detail::fp32_rows(x_in);
+    squared_distances(detail::fp32_rows(x_out), 1, d, {&from, 1}, checks.step_length, nullptr);
+  }
 }
 
 void CudaPrimitives::mean_of_rows(const float* rows, std::span<const int> which, std::size_t d,

@@ -2,6 +2,7 @@
 // on the pool's threads (the streaming passes of streaming.hpp), the T0 x T0
 // algebra is Eigen's. fetch() has nothing to wait for.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -105,9 +106,22 @@ class CpuPrimitives final : public DevicePrimitives {
     *info = 0;
   }
 
+  // One pass that, block by block, forms the weighted sum into `sum` (with
+  // weights), copies x_in and state_in into x_out and state_out where they
+  // differ, steps them while the block is in cache, and takes the checks and
+  // the gradient's norm: the same bits as weighted_sum, the copies, an
+  // in-place step, within_bound() and dot() one after the other (DESIGN.md,
+  // "A round's passes"); the per-block results combine in block order.
   void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state_in,
             StateRows state_out, const float* x_in, float* x_out, const StepGradient& gradient,
-            std::size_t d) override {
+            std::size_t d, const StepChecks& checks) override {
+    if (checks.gradient_norm != nullptr && gradient.weights != nullptr && gradient.sum == nullptr) {
+      throw std::invalid_argument(
+          "checks: the gradient's norm of a weighted step needs its sum row");
+    }
+    if (checks.step_length != nullptr && x_in == x_out) {
+      throw std::invalid_argument("checks: the step's length needs x_in and x_out apart");
+    }
     StateSlotPointers slots{};
     std::copy(std::begin(state_out.slot), std::end(state_out.slot), slots.begin());
     const float* history = nullptr;
@@ -127,9 +141,15 @@ class CpuPrimitives final : public DevicePrimitives {
     }
     const StepInParts update(ranges, {x_out, d}, slots, step, {g, d});
     const StateSlots used = ranges.state_slots();
+    const std::size_t blocks = block_count(d);
+    const std::size_t flag_count =
+        checks.flags != nullptr ? 1 + static_cast<std::size_t>(used.count()) : 0;
+    block_flags_.assign(blocks * flag_count, 1);
+    block_norms_.assign(checks.gradient_norm != nullptr ? blocks : 0, 0.0);
+    block_lengths_.assign(checks.step_length != nullptr ? blocks : 0, 0.0);
     const std::size_t bytes_per_block =
         (rows + 4 + 2 * static_cast<std::size_t>(used.count())) * kCoordinateBlock * sizeof(float);
-    pool_->for_blocks(block_count(d), bytes_per_block, [&](std::size_t first, std::size_t last) {
+    pool_->for_blocks(blocks, bytes_per_block, [&](std::size_t first, std::size_t last) {
       for (std::size_t b = first; b < last; ++b) {
         const std::size_t lo = b * kCoordinateBlock;
         const std::size_t hi = std::min(lo + kCoordinateBlock, d);
@@ -143,8 +163,37 @@ class CpuPrimitives final : public DevicePrimitives {
           }
         }
         update.update(lo, hi);
+        if (checks.gradient_norm != nullptr) {
+          block_norms_[b] = streaming::dot_block(g + lo, g + lo, hi - lo);
+        }
+        if (checks.step_length != nullptr) {
+          block_lengths_[b] = streaming::squared_distance_block(x_out + lo, x_in + lo, hi - lo);
+        }
+        if (flag_count == 0) continue;
+        char* ok = block_flags_.data() + b * flag_count;
+        ok[0] = streaming::within_bound_block(x_out + lo, hi - lo, checks.bound) ? 1 : 0;
+        std::size_t r = 1;
+        for (int j = 0; j < kMaxStateSlots; ++j) {
+          if (!used.uses(j)) continue;
+          ok[r++] = streaming::within_bound_block(state_out.slot[j] + lo, hi - lo, FLT_MAX) ? 1 : 0;
+        }
       }
     });
+    for (std::size_t r = 0; r < flag_count; ++r) {
+      bool all = true;
+      for (std::size_t b = 0; b < blocks; ++b) all = all && block_flags_[b * flag_count + r] != 0;
+      checks.flags[r] = all ? 1 : 0;
+    }
+    if (checks.gradient_norm != nullptr) {
+      double norm = 0.0;
+      for (const double partial : block_norms_) norm += partial;
+      *checks.gradient_norm = norm;
+    }
+    if (checks.step_length != nullptr) {
+      double length = 0.0;
+      for (const double partial : block_lengths_) length += partial;
+      *checks.step_length = length;
+    }
   }
 
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
@@ -216,6 +265,9 @@ class CpuPrimitives final : public DevicePrimitives {
   GpFactor gp_;
   std::vector<float> float_weights_;
   std::vector<float> sum_scratch_;
+  std::vector<char> block_flags_;      // blocks x flags of a step's checks
+  std::vector<double> block_norms_;    // a step's per-block partials of ||g||^2
+  std::vector<double> block_lengths_;  // and of ||x_out - x_in||^2
   std::vector<double> mean_scratch_;
 };
 

@@ -58,7 +58,7 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
   const std::size_t pairs = std::min(n, t0);
   const std::size_t sums = sums_capacity(n, t0);
   const std::size_t staging =
-      sizeof(double) * ((n - 1) * t0 + (n - 1) + t0 + sums) + sizeof(int) * (2 * n + 4);
+      sizeof(double) * ((n - 1) * t0 + (n - 1) + t0 + sums + 2) + sizeof(int) * (2 * n + 4);
   p_->check_memory(bytes_needed(options), staging,
                    "an engine of dimension " + std::to_string(d_) + ", history " +
                        std::to_string(t0) + " and parallelism " + std::to_string(n));
@@ -81,6 +81,7 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
   gp_infos_ = p_->ints(std::max<std::size_t>(n - 1, 1));
   flags_ = p_->ints(n + kMaxStateSlots + 1);
   sums_device_ = p_->doubles(sums);
+  staged_norm_ = p_->doubles(2);
   gp_rows_.assign(n, 0);
   variance_known_.assign(n, 0);
   weights_host_.assign(std::max<std::size_t>(n - 1, 1) * t0, 0.0);
@@ -121,7 +122,8 @@ std::size_t DeviceBackend::bytes_needed(const Options& options) const {
     const std::size_t sets = options.separates_points_from_rows() ? 2 : 1;
     bytes = add(bytes, mul(mul(sets * (3 * n - 1), d_), sizeof(float)));
   }
-  return add(bytes, sizeof(double) * (capacity_ * (n + 1) + sums_capacity(n, capacity_)));
+  // The GP's weights, distances and variances, the sums, the staged gradient's norm.
+  return add(bytes, sizeof(double) * (capacity_ * (n + 1) + sums_capacity(n, capacity_) + 2));
 }
 
 BatchRows DeviceBackend::rows_of(Batch& batch) {
@@ -155,9 +157,10 @@ void DeviceBackend::reset_work_state() {
   work_step_ = step_;
 }
 
-void DeviceBackend::enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out) {
+void DeviceBackend::enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out,
+                                 const StepChecks& checks) {
   p_->step(optimizer_, work_step_, work_is_committed_ ? state_ : work_, work_, x_in, x_out,
-           gradient, d_);
+           gradient, d_, checks);
   work_is_committed_ = false;
   ++work_step_;
 }

@@ -118,13 +118,16 @@ class DeviceBackend final : public EngineBackend {
   // Copies the committed state into work_ where no step has yet (before the
   // work state is swapped in as a whole).
   void materialize_work_state();
-  void enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out);
+  void enqueue_step(const StepGradient& gradient, const float* x_in, float* x_out,
+                    const StepChecks& checks = {});
+  // The checks check_staged() reads, taken by the staged step's own pass.
+  StepChecks staged_checks() const { return {flags_, bound_, nullptr}; }
   // Enqueues the bound flags of `nrows` rows and the work state's finiteness.
   int enqueue_within(const float* rows, int nrows);
   bool flags_all(int count) const;
   // The end of stage_step() and stage_steps(): the staged iterate's and state's
   // bound checks (and the first staging's backup), one wait.
-  bool check_staged();
+  bool check_staged(bool checks_taken);
   // The GP step's distances on a slice: completed across the slices (a wait).
   void complete_query_distances(std::size_t n);
   // What a commit pushes: the surviving pairs in push order; returns the pushes.
@@ -220,6 +223,14 @@ class DeviceBackend final : public EngineBackend {
   int* flags_ = nullptr;  // N rows, then the state's slots
   std::vector<int> flags_host_;
   double* sums_device_ = nullptr;
+  // ||g_c||^2 of the last stage_step(batch, c), from the step's own pass, for
+  // the commit's statistics; staged_norm_row_ is c (-1: none). Then, where
+  // that step stepped from the iterate's values (its own row or point 0),
+  // ||next iterate - iterate||^2 from the same pass, until keep_coordinates().
+  double* staged_norm_ = nullptr;  // 2 doubles
+  double staged_norm_host_[2] = {};
+  int staged_norm_row_ = -1;
+  bool staged_length_ = false;
   std::vector<double> sums_host_;
 
   // Commit plan, sized once.

@@ -106,24 +106,37 @@ bool DeviceBackend::stage_step(Batch& batch, int c) {
   work_state_is_last_ = false;
   StepGradient g;
   g.row = rows.grad(c, d_);
-  enqueue_step(g, from, next_x_);
-  return check_staged();
+  // The step's own pass checks its result and measures ||g_c||^2 for the
+  // commit, and the step's length where it steps from the iterate's values
+  // (x_, or point 0, the iterate's copy).
+  StepChecks checks = staged_checks();
+  checks.gradient_norm = staged_norm_;
+  staged_length_ = from == x_ || c == 0;
+  if (staged_length_) checks.step_length = staged_norm_ + 1;
+  enqueue_step(g, from, next_x_, checks);
+  staged_norm_row_ = c;
+  return check_staged(true);
 }
 
-bool DeviceBackend::check_staged() {
+bool DeviceBackend::check_staged(bool checks_taken) {
   // The commit swaps the work state in: it must hold the staged state (a
   // step wrote it; copies of the committed one where nothing stepped).
   materialize_work_state();
-  const int checks = enqueue_within(next_x_, 1);
+  const int checks = checks_taken ? 1 + slots_.count() : enqueue_within(next_x_, 1);
   const bool backing_up = keeps_backup_ && !backed_up_;
   if (backing_up) enqueue_backup();
-  p_->fetch(std::vector<Fetch>{fetch_of<int>(flags_, flags_host_.data(), checks)});
+  std::vector<Fetch> values{fetch_of<int>(flags_, flags_host_.data(), checks)};
+  if (staged_norm_row_ >= 0) {
+    values.push_back(fetch_of<double>(staged_norm_, staged_norm_host_, staged_length_ ? 2 : 1));
+  }
+  p_->fetch(values);
   backed_up_ = backed_up_ || backing_up;
   return checked_on_every_slice(sums_, flags_all(checks),
                                 "the staged step's iterate and state within their bounds");
 }
 
 void DeviceBackend::keep_coordinates(std::span<const CoordinateRange> ranges) {
+  staged_length_ = false;  // the kept coordinates change the step
   for (const CoordinateRange& r : ranges) {
     p_->copy(x_ + r.offset, next_x_ + r.offset, r.size);
     for (int j = 0; j < kMaxStateSlots; ++j) {
@@ -193,9 +206,17 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
   }
   const auto own = std::find(compared.begin(), compared.end(), c);
   const std::size_t stats = 4 * compared.size();
-  if (own == compared.end()) p_->dot(rows.grad(c, d_), rows.grad(c, d_), d_, sums_device_ + stats);
-  const StoredRows iterate = fp32_rows(x_);
-  p_->squared_distances(fp32_rows(next_x_), 1, d_, {&iterate, 1}, sums_device_ + stats + 1);
+  // ||g_c||^2: from its pair's statistics, else from the staged step's pass.
+  const bool staged_norm = own == compared.end() && staged_norm_row_ == c;
+  if (own == compared.end() && !staged_norm) {
+    p_->dot(rows.grad(c, d_), rows.grad(c, d_), d_, sums_device_ + stats);
+  }
+  // ||next iterate - iterate||^2: from the staged step's pass where it stepped
+  // from the iterate's values, else a pass of its own.
+  if (!staged_length_) {
+    const StoredRows iterate = fp32_rows(x_);
+    p_->squared_distances(fp32_rows(next_x_), 1, d_, {&iterate, 1}, sums_device_ + stats + 1);
+  }
 
   // The history push: the surviving pairs stored, then their new Gram rows
   // over the final history, one pass over the points and one over the gradients.
@@ -213,7 +234,10 @@ CommitStats DeviceBackend::commit(Batch& batch, int c, std::span<const char> kee
     p_->fetch(std::vector<Fetch>{fetch_of<double>(sums_device_, sums_host_.data(), values)});
     if (own != compared.end()) {
       sums_host_[stats] = sums_host_[4 * static_cast<std::size_t>(own - compared.begin()) + 2];
+    } else if (staged_norm) {
+      sums_host_[stats] = staged_norm_host_[0];
     }
+    if (staged_length_) sums_host_[stats + 1] = staged_norm_host_[1];
     complete_sums(sums_, {sums_host_.data(), values});
     if (sums_ != nullptr) check_commit_sums(compared, c, size);
   } catch (...) {

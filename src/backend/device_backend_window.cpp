@@ -87,13 +87,16 @@ bool DeviceBackend::stage_steps(Batch& batch, int count) {
   reset_work_state();
   work_state_is_last_ = false;
   const float* from = x_;
+  staged_norm_row_ = -1;
+  staged_length_ = false;
   for (int j = 0; j < count; ++j) {
     StepGradient g;
     g.row = rows.grad(j, d_);
-    enqueue_step(g, from, next_x_);
+    // The last step's own pass checks the staged iterate and state.
+    enqueue_step(g, from, next_x_, j + 1 == count ? staged_checks() : StepChecks{});
     from = next_x_;
   }
-  return check_staged();
+  return check_staged(count > 0);
 }
 
 }  // namespace optex::detail

@@ -275,17 +275,28 @@ PairStatistics pair_statistics(const BlockPool& pool, const float* a, const floa
   return {sums[0], sums[1], sums[2], sums[3]};
 }
 
+double dot_block(const float* a, const float* b, std::size_t len) { return block_dot(a, b, len); }
+
+double squared_distance_block(const float* row, const float* query, std::size_t len) {
+  const float* r[1] = {row};
+  double out = 0.0;
+  block_group<true, 1>(r, std::span<const float* const>(&query, 1), 0, len, 1, &out);
+  return out;
+}
+
+bool within_bound_block(const float* values, std::size_t len, float bound) {
+  // No early exit: the comparison loop vectorises; NaN compares false.
+  bool within = true;
+  for (std::size_t i = 0; i < len; ++i) within &= (values[i] <= bound) & (values[i] >= -bound);
+  return within;
+}
+
 bool all_within_bound(const BlockPool& pool, const float* values, std::size_t n, float bound) {
   const std::size_t blocks = block_count(n);
   std::vector<char> ok(blocks, 1);
   pool.for_blocks(blocks, kBlock * sizeof(float), [&](std::size_t first, std::size_t last) {
     for (std::size_t k = first; k < last; ++k) {
-      const float* v = values + k * kBlock;
-      const std::size_t len = block_length(k, n);
-      // No early exit inside a block: the comparison loop vectorises; NaN compares false.
-      bool within = true;
-      for (std::size_t i = 0; i < len; ++i) within &= (v[i] <= bound) & (v[i] >= -bound);
-      ok[k] = within ? 1 : 0;
+      ok[k] = within_bound_block(values + k * kBlock, block_length(k, n), bound) ? 1 : 0;
     }
   });
   return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });

@@ -203,9 +203,12 @@ double round_bytes(const RoundShape& shape) {
   const double n = shape.parallelism;
   const double t0 = shape.history;
   const double k = kAdamSlots;
-  const double ask = 2 * d + (n - 1) * (2 * t0 + 4 + 2 * k) * d + (n + k) * d;
-  const double tell =
-      n * d + (3 + 2 * k + 1 + k) * d + 2 * (n - 1) * d + 2 * d + 4 * n * d + 2 * (t0 + n) * d;
+  // N = 1 makes no proxy step: ask() checks nothing, the staged step measures
+  // its length, and the history's statistics wait for their first reader.
+  const double predicts = n > 1 ? 1.0 : 0.0;
+  const double ask = 2 * d + (n - 1) * (2 * t0 + 4 + 2 * k) * d + predicts * (n + k) * d;
+  const double tell = n * d + (3 + 2 * k) * d + 2 * (n - 1) * d + predicts * 2 * d + 4 * n * d +
+                      predicts * 2 * (t0 + n) * d;
   return (ask + tell) * kFloatBytes;
 }
 

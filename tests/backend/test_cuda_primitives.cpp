@@ -633,8 +633,8 @@ TEST_F(CudaPrimitives, StepWithAGivenRowIsTheCpuStepBitForBit) {
         const std::vector<float> g = Normal(rng, d);
         const auto i = static_cast<std::size_t>(t);
         const std::vector<float> before = Get(*gpu_, gx[in[i]], d);
-        gpu_->step(ranges, t, gs, gs, gx[in[i]], gx[out[i]], {.row = Floats(*gpu_, g)}, d);
-        cpu_->step(ranges, t, cs, cs, cx[in[i]], cx[out[i]], {.row = Floats(*cpu_, g)}, d);
+        gpu_->step(ranges, t, gs, gs, gx[in[i]], gx[out[i]], {.row = Floats(*gpu_, g)}, d, {});
+        cpu_->step(ranges, t, cs, cs, cx[in[i]], cx[out[i]], {.row = Floats(*cpu_, g)}, d, {});
         ASSERT_TRUE(BitEqual(Get(*gpu_, gx[out[i]], d), Get(*cpu_, cx[out[i]], d)))
             << "x after step " << t;
         ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "after step " << t;
@@ -664,8 +664,8 @@ TEST_F(CudaPrimitives, StepOutOfPlaceIsTheCpuStepBitForBitAndLeavesItsSourceAlon
       float* cx = Floats(*cpu_, x0);
       const StateRows gs = StateOn(*gpu_, ranges, d);
       const StateRows cs = StateOn(*cpu_, ranges, d);
-      gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d);  // a state not zero
-      cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d);
+      gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d, {});  // a state not zero
+      cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d, {});
       const StateRows gt = StateOn(*gpu_, ranges, d);
       const StateRows ct = StateOn(*cpu_, ranges, d);
       std::vector<std::vector<float>> before;
@@ -674,8 +674,8 @@ TEST_F(CudaPrimitives, StepOutOfPlaceIsTheCpuStepBitForBitAndLeavesItsSourceAlon
       }
       float* gy = gpu_->floats(d);
       float* cy = cpu_->floats(d);
-      gpu_->step(ranges, 1, gs, gt, gx, gy, {.row = Floats(*gpu_, g)}, d);
-      cpu_->step(ranges, 1, cs, ct, cx, cy, {.row = Floats(*cpu_, g)}, d);
+      gpu_->step(ranges, 1, gs, gt, gx, gy, {.row = Floats(*gpu_, g)}, d, {});
+      cpu_->step(ranges, 1, cs, ct, cx, cy, {.row = Floats(*cpu_, g)}, d, {});
       ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, a given row";
       ASSERT_TRUE(SameState(*gpu_, gt, *cpu_, ct, d)) << "a given row";
       const StepGradient gw{.history = Stored(*gpu_, h, Storage::fp32),
@@ -686,14 +686,70 @@ TEST_F(CudaPrimitives, StepOutOfPlaceIsTheCpuStepBitForBitAndLeavesItsSourceAlon
                             .weights = Doubles(*cpu_, w),
                             .rows = 5,
                             .sum = cpu_->floats(d)};
-      gpu_->step(ranges, 1, gs, gt, gx, gy, gw, d);
-      cpu_->step(ranges, 1, cs, ct, cx, cy, cw, d);
+      gpu_->step(ranges, 1, gs, gt, gx, gy, gw, d, {});
+      cpu_->step(ranges, 1, cs, ct, cx, cy, cw, d, {});
       ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, weights";
       ASSERT_TRUE(SameState(*gpu_, gt, *cpu_, ct, d)) << "weights";
       ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "the source state";
       std::size_t k = 0;
       for (int j = 0; j < optex::kMaxStateSlots; ++j) {
-        if (cs.slot[j] != nullptr) EXPECT_TRUE(BitEqual(Get(*cpu_, cs.slot[j], d), before[k++]));
+        if (cs.slot[j] != nullptr) {
+          EXPECT_TRUE(BitEqual(Get(*cpu_, cs.slot[j], d), before[k++]));
+        }
+      }
+    }
+  }
+}
+
+// A step's checks: the flags are the CPU step's (x over the bound at one
+// coordinate, a NaN gradient, finite), and the norm has the bits of the
+// device's own dot() of the gradient, with a row and with weights.
+TEST_F(CudaPrimitives, AStepsChecksAreTheCpusFlagsAndTheDevicesDot) {
+  std::mt19937 rng(10);
+  constexpr float kBound = 1e6f;
+  for (const std::size_t d : kDims) {
+    const std::vector<float> h = Normal(rng, 5 * d, 2.0);
+    std::vector<double> w(5);
+    for (double& v : w) v = optex::test::normal(rng);
+    for (const auto& config : Configs(d)) {
+      const OptimizerRanges& ranges = config.optimizer;
+      const auto flag_count = static_cast<std::size_t>(1 + ranges.state_slots().count());
+      for (int variant = 0; variant < 3; ++variant) {
+        for (const bool weighted : {false, true}) {
+          SCOPED_TRACE(config.name + ", d " + std::to_string(d) + ", variant " +
+                       std::to_string(variant) + (weighted ? ", weights" : ""));
+          std::vector<float> x0 = Normal(rng, d);
+          std::vector<float> g = Normal(rng, d);
+          if (variant == 1) x0[d / 2] = 3 * kBound;
+          if (variant == 2) g[d - 1] = std::numeric_limits<float>::quiet_NaN();
+          float* gx = Floats(*gpu_, x0);
+          float* cx = Floats(*cpu_, x0);
+          const StateRows gs = StateOn(*gpu_, ranges, d);
+          const StateRows cs = StateOn(*cpu_, ranges, d);
+          StepGradient gg{.row = Floats(*gpu_, g)};
+          StepGradient cg{.row = Floats(*cpu_, g)};
+          if (weighted) {
+            gg = {.history = Stored(*gpu_, h, Storage::fp32),
+                  .weights = Doubles(*gpu_, w),
+                  .rows = 5,
+                  .sum = gpu_->floats(d)};
+            cg = {.history = fp32_rows(Floats(*cpu_, h)),
+                  .weights = Doubles(*cpu_, w),
+                  .rows = 5,
+                  .sum = cpu_->floats(d)};
+          }
+          int* gf = gpu_->ints(flag_count);
+          int* cf = cpu_->ints(flag_count);
+          double* gn = gpu_->doubles(2);
+          double* cn = cpu_->doubles(1);
+          gpu_->step(ranges, 0, gs, gs, gx, gx, gg, d, {gf, kBound, gn});
+          cpu_->step(ranges, 0, cs, cs, cx, cx, cg, d, {cf, kBound, cn});
+          const float* gsum = weighted ? gg.sum : gg.row;
+          gpu_->dot(gsum, gsum, d, gn + 1);
+          EXPECT_EQ(Get(*gpu_, gf, flag_count), Get(*cpu_, cf, flag_count));
+          const std::vector<double> norms = Get(*gpu_, gn, 2);
+          EXPECT_TRUE(optex::test::SameBits(norms[0], norms[1])) << norms[0] << " " << norms[1];
+        }
       }
     }
   }
@@ -728,16 +784,16 @@ TEST_F(CudaPrimitives, StepWithWeightsIsTheCpuStepBitForBit) {
             const StateRows gs = StateOn(*gpu_, ranges, d);
             const StateRows cs = StateOn(*cpu_, ranges, d);
             // A step from a given row first, so that the state is not zero.
-            gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d);
-            cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d);
+            gpu_->step(ranges, 0, gs, gs, gx, gx, {.row = Floats(*gpu_, g)}, d, {});
+            cpu_->step(ranges, 0, cs, cs, cx, cx, {.row = Floats(*cpu_, g)}, d, {});
             StepGradient gw = gg;
             StepGradient cw = cg;
             gw.sum = with_sum ? gpu_->floats(d) : nullptr;
             cw.sum = with_sum ? cpu_->floats(d) : nullptr;
             float* gy = gpu_->floats(d);
             float* cy = cpu_->floats(d);
-            gpu_->step(ranges, 1, gs, gs, gx, gy, gw, d);
-            cpu_->step(ranges, 1, cs, cs, cx, cy, cw, d);
+            gpu_->step(ranges, 1, gs, gs, gx, gy, gw, d, {});
+            cpu_->step(ranges, 1, cs, cs, cx, cy, cw, d, {});
             ASSERT_TRUE(BitEqual(Get(*gpu_, gy, d), Get(*cpu_, cy, d))) << "x, sum " << with_sum;
             ASSERT_TRUE(SameState(*gpu_, gs, *cpu_, cs, d)) << "sum " << with_sum;
             if (with_sum) {

@@ -6,8 +6,11 @@
 // optimizer update in parts).
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -275,8 +278,8 @@ TEST(FusedProxyStep, StepOutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
       float* x_in = put(x0);
       float* x_in_place = put(x0);
       float* x_out = put(std::vector<float>(kDim, -7.0f));
-      p->step(ranges, 3, source, target, x_in, x_out, gradient, kDim);
-      p->step(ranges, 3, copy, copy, x_in_place, x_in_place, gradient, kDim);
+      p->step(ranges, 3, source, target, x_in, x_out, gradient, kDim, {});
+      p->step(ranges, 3, copy, copy, x_in_place, x_in_place, gradient, kDim, {});
       p->fetch({});
       ASSERT_TRUE(
           BitEqual(std::span<const float>(x_out, kDim), std::span<const float>(x_in_place, kDim)));
@@ -292,6 +295,125 @@ TEST(FusedProxyStep, StepOutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
             << "slot " << j << ": the step changed nothing, so the test proves nothing";
       }
     }
+  }
+}
+
+// The checks a step takes in its own pass (the bound of x_out, the finiteness
+// of each state slot, ||g||^2, ||x_out - x_in||^2) are what within_bound(),
+// dot() and squared_distances() give after it, on every optimizer, with a given row and with
+// weights, for finite gradients, a NaN or an infinity in the last (partial) block, a value just
+// over the bound and a bound every value exceeds; a norm of a weighted step
+// without its sum row is refused before anything is written.
+TEST(FusedProxyStep, AStepsOwnChecksAreWithinBoundAndDotAfterIt) {
+  constexpr std::size_t kDim = 2 * 4096 + 77;
+  constexpr std::size_t kRows = 5;
+  constexpr float kBound = 1e6f;
+  std::mt19937 rng(22);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_row = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = normal(rng);
+    return v;
+  };
+  const std::unique_ptr<optex::detail::DevicePrimitives> p = optex::detail::make_cpu_primitives(3);
+  auto put = [&](const std::vector<float>& v) {
+    float* to = p->floats(v.size());
+    std::memcpy(to, v.data(), v.size() * sizeof(float));
+    return to;
+  };
+  const float* history = put(random_row(kRows * kDim));
+  double* weights = p->doubles(kRows);
+  for (std::size_t j = 0; j < kRows; ++j) weights[j] = 0.3 - 0.1 * static_cast<double>(j);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    const char* name;
+    bool bad_gradient;  // the gradient's last coordinate := gradient_value
+    float gradient_value;
+    bool x_over_bound;  // x's first coordinate := just over twice the bound
+    float bound;
+    bool passes;
+  };
+  const Case cases[] = {{"finite", false, 0.0f, false, kBound, true},
+                        {"a NaN gradient", true, nan, false, kBound, false},
+                        {"an infinite gradient", true, inf, false, kBound, false},
+                        {"x over the bound", false, 0.0f, true, kBound, false},
+                        {"a bound every value exceeds", false, 0.0f, false, 1e-30f, false}};
+  for (const auto& config : optex::test::EveryKind()) {
+    const optex::OptimizerRanges ranges = config.optimizer.for_dimension(kDim);
+    for (const Case& k : cases) {
+      for (const bool weighted : {false, true}) {
+        SCOPED_TRACE(config.name + ", " + k.name + (weighted ? ", weights" : ", a given row"));
+        std::vector<float> g0 = random_row(kDim);
+        if (k.bad_gradient) g0.back() = k.gradient_value;
+        std::vector<float> x0 = random_row(kDim);
+        if (k.x_over_bound) x0.front() = std::nextafter(2 * kBound, inf);
+        optex::detail::StateRows state;
+        for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+          if (ranges.state_slots().uses(j)) state.slot[j] = put(std::vector<float>(kDim, 0.5f));
+        }
+        optex::detail::StepGradient gradient;
+        if (weighted) {
+          std::vector<float> rows(history, history + kRows * kDim);
+          if (k.bad_gradient) rows.back() = k.gradient_value;
+          gradient.history = optex::detail::fp32_rows(put(rows));
+          gradient.weights = weights;
+          gradient.rows = kRows;
+          gradient.sum = p->floats(kDim);
+        } else {
+          gradient.row = put(g0);
+        }
+        const float* x_in = put(x0);
+        float* x = p->floats(kDim);
+        const int slots = ranges.state_slots().count();
+        int* flags = p->ints(static_cast<std::size_t>(1 + slots));
+        double* norm = p->doubles(1);
+        double* length = p->doubles(1);
+        p->step(ranges, 2, state, state, x_in, x, gradient, kDim, {flags, k.bound, norm, length});
+        int* expected_flags = p->ints(static_cast<std::size_t>(1 + slots));
+        double* expected_norm = p->doubles(1);
+        double* expected_length = p->doubles(1);
+        p->within_bound(x, 1, kDim, k.bound, expected_flags);
+        const optex::detail::StoredRows from = optex::detail::fp32_rows(x_in);
+        p->squared_distances(optex::detail::fp32_rows(x), 1, kDim, {&from, 1}, expected_length);
+        int r = 1;
+        for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+          if (state.slot[j] != nullptr) {
+            p->within_bound(state.slot[j], 1, kDim, FLT_MAX, expected_flags + r++);
+          }
+        }
+        const float* g = weighted ? gradient.sum : gradient.row;
+        p->dot(g, g, kDim, expected_norm);
+        p->fetch({});
+        for (int f = 0; f <= slots; ++f) EXPECT_EQ(flags[f], expected_flags[f]) << "flag " << f;
+        EXPECT_TRUE(SameBits(*norm, *expected_norm)) << *norm << " against " << *expected_norm;
+        EXPECT_TRUE(SameBits(*length, *expected_length))
+            << *length << " against " << *expected_length;
+        if (k.bad_gradient) {
+          // What x becomes is the optimizer's (Lion's sign step stays finite); the norm is not.
+          EXPECT_FALSE(std::isfinite(*norm));
+        } else {
+          EXPECT_EQ(flags[0], k.passes ? 1 : 0) << "the check of x decided wrongly";
+        }
+      }
+    }
+    // Refused before anything is written: x stays as it was.
+    const std::vector<float> x0 = random_row(kDim);
+    float* x = put(x0);
+    double* norm = p->doubles(1);
+    optex::detail::StateRows state;
+    for (int j = 0; j < optex::kMaxStateSlots; ++j) {
+      if (ranges.state_slots().uses(j)) state.slot[j] = put(std::vector<float>(kDim, 0.5f));
+    }
+    const optex::detail::StepGradient no_sum{
+        .history = optex::detail::fp32_rows(history), .weights = weights, .rows = kRows};
+    EXPECT_THROW(p->step(ranges, 2, state, state, x, x, no_sum, kDim, {nullptr, 0.0f, norm}),
+                 std::invalid_argument);
+    // A length needs two rows: in place it would be zero by construction.
+    const optex::detail::StepGradient row{.row = put(random_row(kDim))};
+    EXPECT_THROW(p->step(ranges, 2, state, state, x, x, row, kDim, {nullptr, 0.0f, nullptr, norm}),
+                 std::invalid_argument);
+    EXPECT_TRUE(BitEqual(std::span<const float>(x, kDim), x0));
   }
 }
 

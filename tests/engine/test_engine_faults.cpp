@@ -139,9 +139,9 @@ std::vector<Scenario> Scenarios() {
     s.nan_rows = {3};
     s.unchanged_rounds = {2, 4};
     s.unchanged = {{1, 2}, {6, 1}};
-    s.primitives = {
-        "factor",      "gp_weights", "squared_distances", "inner_products", "pair_statistics",
-        "copy_stored", "store",      "within_bound",      "step",           "dot"};
+    s.primitives = {"factor",         "gp_weights",      "squared_distances",
+                    "inner_products", "pair_statistics", "copy_stored",
+                    "store",          "within_bound",    "step"};
     all.push_back(s);
   }
   // The same with other optimizers: a state of one slot and of none.
@@ -164,7 +164,7 @@ std::vector<Scenario> Scenarios() {
     s.nan_rows = {1, 2};
     s.unchanged_rounds = {4};
     s.unchanged = {{0, 16}, {200, 100}};
-    s.primitives = {"factor", "gp_weights", "pair_statistics", "dot", "copy_stored"};
+    s.primitives = {"factor", "gp_weights", "pair_statistics", "copy_stored"};
     all.push_back(s);
   }
   {  // N = 1: no proxy step, the statistics left to the first reader.
@@ -173,7 +173,7 @@ std::vector<Scenario> Scenarios() {
     s.rounds = 6;
     s.unchanged_rounds = {3};
     s.unchanged = {{0, 4}};
-    s.primitives = {"dot", "squared_distances", "store", "copy_stored", "step"};
+    s.primitives = {"squared_distances", "store", "copy_stored", "step"};
     all.push_back(s);
   }
   {  // Two evaluations per point: the chain, its expansion and the means; in

@@ -548,9 +548,14 @@ TEST(PlanReport, NamesTheSameBudgetAlternativesAndTheStepsAssumption) {
 TEST(RoundCost, RoundBytesFollowTheDocumentedModel) {
   // d = 1000, N = 4, T0 = 8, k = 2:
   // ask  2 + 3 (16 + 4 + 4) + (4 + 2)                 = 80 rows of d
-  // tell 4 + (3 + 4 + 1 + 2) + 2 * 3 + 2 + 16 + 2 * 12 = 62 rows of d
+  // tell 4 + (3 + 4) + 2 * 3 + 2 + 16 + 2 * 12          = 59 rows of d
   const RoundShape shape{.dim = 1000, .parallelism = 4, .history = 8};
-  EXPECT_DOUBLE_EQ(optex::round_bytes(shape), (80.0 + 62.0) * 1000.0 * 4.0);
+  EXPECT_DOUBLE_EQ(optex::round_bytes(shape), (80.0 + 59.0) * 1000.0 * 4.0);
+  // N = 1: ask 2; tell 1 + (3 + 4) + 4 (no checks in ask, no step norm pass,
+  // no Gram rows until a reader needs them) = 14 rows of d, twice a plain
+  // Adam step's 7.
+  EXPECT_DOUBLE_EQ(optex::round_bytes({.dim = 1000, .parallelism = 1, .history = 8}),
+                   14.0 * 1000.0 * 4.0);
 }
 
 TEST(RoundCost, MeasuresATinyRound) {

@@ -176,11 +176,16 @@ class DeferredPrimitives final : public detail::DevicePrimitives {
   // ---- the optimizer: queued ----
   void step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state_in,
             detail::StateRows state_out, const float* x_in, float* x_out,
-            const detail::StepGradient& gradient, std::size_t d) override {
+            const detail::StepGradient& gradient, std::size_t d,
+            const detail::StepChecks& checks) override {
     if (gradient.weights != nullptr) reads(gradient.weights, gradient.rows);
-    enqueue([p = inner_.get(), ranges, step, state_in, state_out, x_in, x_out, gradient, d] {
-      p->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d);
-    });
+    if (checks.gradient_norm != nullptr) poison(checks.gradient_norm, 1);
+    if (checks.step_length != nullptr) poison(checks.step_length, 1);
+    if (checks.flags != nullptr) poison(checks.flags, 1 + ranges.state_slots().count());
+    enqueue(
+        [p = inner_.get(), ranges, step, state_in, state_out, x_in, x_out, gradient, d, checks] {
+          p->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d, checks);
+        });
   }
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
                     double* sums) override {

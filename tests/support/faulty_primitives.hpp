@@ -229,9 +229,10 @@ class FaultyPrimitives final : public detail::DevicePrimitives {
 
   void step(const OptimizerRanges& ranges, std::int64_t step, detail::StateRows state_in,
             detail::StateRows state_out, const float* x_in, float* x_out,
-            const detail::StepGradient& gradient, std::size_t d) override {
+            const detail::StepGradient& gradient, std::size_t d,
+            const detail::StepChecks& checks) override {
     if (control_->on_call("step", FaultControl::Call::enqueues)) return;
-    inner_->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d);
+    inner_->step(ranges, step, state_in, state_out, x_in, x_out, gradient, d, checks);
   }
   void mean_of_rows(const float* rows, std::span<const int> which, std::size_t d, float* mean,
                     double* sums) override {

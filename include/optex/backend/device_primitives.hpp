@@ -77,6 +77,22 @@ struct StepGradient {
   float* sum = nullptr;
 };
 
+// What a step also measures in its own pass, outputs in device memory (each
+// skipped where null): flags[0] := 1 if every value of x_out is finite and at
+// most `bound` in magnitude, flags[1 + r] := 1 if the r-th slot state_out
+// uses (in slot order) is finite, else 0, as within_bound() would give after
+// the step; gradient_norm := ||gradient||^2 with the bits of dot() of the
+// gradient with itself: the row given, or with weights the sum row, which
+// must then be given (std::invalid_argument otherwise, before anything runs);
+// step_length := ||x_out - x_in||^2 with the bits of squared_distances() of
+// x_out as the row and x_in as the query (x_in != x_out).
+struct StepChecks {
+  int* flags = nullptr;
+  float bound = 0.0f;
+  double* gradient_norm = nullptr;
+  double* step_length = nullptr;
+};
+
 // A value the host needs, named for fetch(): `count` elements at `device`
 // copied to `host`.
 struct Fetch {
@@ -165,10 +181,12 @@ class DevicePrimitives : public DeviceRows {
   // x_out and state_out with `gradient`, each coordinate with its range's
   // coefficients at the state's step `step` (OptimizerRange::local_step), in
   // one pass: stepping out of place costs no copy. x_in may equal x_out and
-  // state_in state_out (in place); partial overlaps are not allowed.
+  // state_in state_out (in place); partial overlaps are not allowed. `checks`
+  // adds what the pass measures on the way (a device may run them as passes
+  // of their own; the values are the same).
   virtual void step(const OptimizerRanges& ranges, std::int64_t step, StateRows state_in,
                     StateRows state_out, const float* x_in, float* x_out,
-                    const StepGradient& gradient, std::size_t d) = 0;
+                    const StepGradient& gradient, std::size_t d, const StepChecks& checks) = 0;
   // mean := float(sum of rows[r] for r in `which`, in fp64, in that order, /
   // |which|); when sums is not null: sums[0] = ||mean||^2 (of the fp64 mean),
   // sums[1] = sum over r in which of ||rows[r] - mean||^2 (fp64). `which`

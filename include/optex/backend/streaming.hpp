@@ -46,6 +46,17 @@ void weighted_sum_range(const float* rows, std::size_t nrows, std::size_t dim, c
 // <a, b>, returned as double.
 double dot(const BlockPool& pool, const float* a, const float* b, std::size_t dim);
 
+// The block parts of dot() and all_within_bound(), for a pass that fuses them
+// with other work block by block: dot() is the sum, in block order, of
+// dot_block over each block [k * kCoordinateBlock, ...) (len values), so a
+// fused pass that adds the same partials in the same order has its bits;
+// within_bound_block is all_within_bound over one block.
+// squared_distance_block is the same for squared_distances() of one row and
+// one query (row and query pointing at the block's first value).
+double dot_block(const float* a, const float* b, std::size_t len);
+double squared_distance_block(const float* row, const float* query, std::size_t len);
+bool within_bound_block(const float* values, std::size_t len, float bound);
+
 // Everything the commit reports about a predicted gradient a next to the
 // evaluated one b, in one pass: <a, a>, <a, b>, <b, b> (each equal to dot())
 // and ||a - b||^2 (equal to squared_distances with a as the row).

@@ -16,9 +16,12 @@
 //         the GP mean, the copy and the update in one pass           (2 T0 + 4 + 2k) d
 //         finite checks of the points and the state                  (N + k) d
 //   tell: finite check of the N gradients                            N d
-//         the staged step (copy and update in one pass), its checks  (3 + 2k + 1 + k) d
+//         the staged step: copy, update, its checks and ||g_c||^2
+//         in one pass                                                (3 + 2k) d
 //         the prediction statistics                                  2 (N - 1) d
-//         the step norm                                              2 d
+//         the step norm (in the staged step's pass when N = 1)       2 d (N > 1)
+// With N = 1 ask() checks nothing and the N new Gram rows wait for their
+// first reader (a fit, a view): those terms are 0.
 //         copying the N pairs into the history                       4 N d
 //         one pass over the points and one over the gradients
 //         for all N new rows                                         2 (T0 + N) d
