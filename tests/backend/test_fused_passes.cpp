@@ -226,29 +226,42 @@ TEST(FusedProxyStep, TheEnginesProxyPointsArePredictCopyAndApplyStepBitForBit) {
   }
 }
 
+// The CPU primitives on 3 threads, a dimension of two blocks and a partial
+// one, and a history of kRows random rows with fixed weights: what the step
+// tests below drive.
+class CpuStep : public ::testing::Test {
+ protected:
+  static constexpr std::size_t kDim = 2 * 4096 + 77;
+  static constexpr std::size_t kRows = 5;
+
+  std::vector<float> random_row(std::size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = normal_(rng_);
+    return v;
+  }
+  // A copy of v in the primitives' memory.
+  float* put(const std::vector<float>& v) {
+    float* to = p->floats(v.size());
+    std::memcpy(to, v.data(), v.size() * sizeof(float));
+    return to;
+  }
+
+  std::mt19937 rng_{21};
+  std::normal_distribution<float> normal_{0.0f, 1.0f};
+  const std::unique_ptr<optex::detail::DevicePrimitives> p = optex::detail::make_cpu_primitives(3);
+  const float* history = put(random_row(kRows * kDim));
+  double* weights = [this] {
+    double* w = p->doubles(kRows);
+    for (std::size_t j = 0; j < kRows; ++j) w[j] = 0.3 - 0.1 * static_cast<double>(j);
+    return w;
+  }();
+};
+
 // The CPU primitives' step out of place (state_in != state_out) is the
 // in-place step on a copy, bit for bit, with a given row and with weights,
 // and reads its source state without writing it: the backend steps from the
 // committed state into the work state without copying it first.
-TEST(FusedProxyStep, StepOutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
-  constexpr std::size_t kDim = 2 * 4096 + 77;
-  constexpr std::size_t kRows = 5;
-  std::mt19937 rng(21);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto random_row = [&](std::size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = normal(rng);
-    return v;
-  };
-  const std::unique_ptr<optex::detail::DevicePrimitives> p = optex::detail::make_cpu_primitives(3);
-  auto put = [&](const std::vector<float>& v) {
-    float* to = p->floats(v.size());
-    std::memcpy(to, v.data(), v.size() * sizeof(float));
-    return to;
-  };
-  const float* history = put(random_row(kRows * kDim));
-  double* weights = p->doubles(kRows);
-  for (std::size_t j = 0; j < kRows; ++j) weights[j] = 0.3 - 0.1 * static_cast<double>(j);
+TEST_F(CpuStep, OutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
   for (const auto& config : optex::test::EveryKind()) {
     SCOPED_TRACE(config.name);
     const optex::OptimizerRanges ranges = config.optimizer.for_dimension(kDim);
@@ -304,26 +317,8 @@ TEST(FusedProxyStep, StepOutOfPlaceIsTheInPlaceStepOnACopyBitForBit) {
 // weights, for finite gradients, a NaN or an infinity in the last (partial) block, a value just
 // over the bound and a bound every value exceeds; a norm of a weighted step
 // without its sum row is refused before anything is written.
-TEST(FusedProxyStep, AStepsOwnChecksAreWithinBoundAndDotAfterIt) {
-  constexpr std::size_t kDim = 2 * 4096 + 77;
-  constexpr std::size_t kRows = 5;
+TEST_F(CpuStep, ItsOwnChecksAreWithinBoundDotAndSquaredDistancesAfterIt) {
   constexpr float kBound = 1e6f;
-  std::mt19937 rng(22);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto random_row = [&](std::size_t n) {
-    std::vector<float> v(n);
-    for (float& f : v) f = normal(rng);
-    return v;
-  };
-  const std::unique_ptr<optex::detail::DevicePrimitives> p = optex::detail::make_cpu_primitives(3);
-  auto put = [&](const std::vector<float>& v) {
-    float* to = p->floats(v.size());
-    std::memcpy(to, v.data(), v.size() * sizeof(float));
-    return to;
-  };
-  const float* history = put(random_row(kRows * kDim));
-  double* weights = p->doubles(kRows);
-  for (std::size_t j = 0; j < kRows; ++j) weights[j] = 0.3 - 0.1 * static_cast<double>(j);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   struct Case {
