@@ -21,6 +21,7 @@ namespace optex::detail {
 // ---- ask() ------------------------------------------------------------------------------
 
 double DeviceBackend::fit(double lengthscale) {
+  require_lengthscale(lengthscale);  // refused: the backend keeps its fit
   fitted_size_ = 0;
   refresh_gram();
   const std::size_t n = gram_.size();

@@ -30,7 +30,8 @@ GpGradientEstimator::GpGradientEstimator(Covariance kernel, double noise, InputS
 }
 
 void GpGradientEstimator::fit(const GradientHistory& history, double lengthscale) {
-  fitted_size_ = 0;  // unfitted, unless the fit below succeeds
+  require_lengthscale(lengthscale);  // refused: the estimator keeps its fit
+  fitted_size_ = 0;                  // unfitted, unless the fit below succeeds
   fit_ = fit_with_jitter(
       history, settings_, lengthscale, covariance_, [this](const Eigen::MatrixXd& covariance) {
         return factor_.factor(covariance.data(), static_cast<std::size_t>(covariance.rows()));

@@ -33,8 +33,17 @@ void covariance_matrix(const HistoryGram& history, Covariance kernel, double sca
   }
 }
 
+void require_lengthscale(double lengthscale) {
+  if (!std::isfinite(lengthscale) || lengthscale <= 0.0) {
+    std::ostringstream msg;
+    msg << "lengthscale: must be finite and > 0, got " << lengthscale;
+    throw std::invalid_argument(msg.str());
+  }
+}
+
 GpFit fit_with_jitter(const HistoryGram& history, const GpSettings& settings, double lengthscale,
                       Eigen::MatrixXd& covariance, const CovarianceFactor& factor) {
+  require_lengthscale(lengthscale);
   GpFit fit;
   fit.scale = input_scale(history, settings.scaling);
   fit.inv_scaled_lengthscale = 1.0 / (fit.scale * lengthscale);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -478,16 +479,69 @@ TEST(OneGpPipeline, DuplicatePointsEscalateTheJitterAlike) {
 
 // A negative lengthscale turns the kernel into exp(+r): off-diagonals above 1, indefinite
 // whatever the jitter. Both refuse with the same message.
-TEST(OneGpPipeline, AFitThatFailsEveryJitterRaisesTheSameError) {
-  GpCase c = random_case(3, 5, 41);
-  c.lengthscale = -1.0;
-  const GpOutcome backend = through_the_backend(c);
-  const GpOutcome estimator = through_the_estimator(c);
-  ASSERT_TRUE(backend.fit_error.has_value());
-  EXPECT_EQ(*backend.fit_error,
-            "gp estimator: Cholesky failed even with jitter 1e-2 (lengthscale -1, noise 0.001, "
-            "history 3)");
-  EXPECT_TRUE(SameOutcome(estimator, backend));
+// A lengthscale that is not finite and > 0 is refused by both fits alike, with
+// the same message, and a refused fit keeps the fit that was there: the
+// weights that follow are the bits of the fit at the good lengthscale.
+TEST(OneGpPipeline, ALengthscaleNotFiniteAndPositiveIsRefusedKeepingTheFit) {
+  const GpCase c = random_case(3, 5, 41);
+  const GpOutcome before = through_the_estimator(c);
+  ASSERT_FALSE(before.fit_error.has_value());
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const double bad : {-1.0, 0.0, -0.0, inf, -inf, std::nan("")}) {
+    SCOPED_TRACE("lengthscale " + std::to_string(bad));
+    // The estimator.
+    GradientHistory history(kCapacity, c.dim);
+    for (std::size_t j = 0; j < c.pairs(); ++j) {
+      history.push({c.points.data() + j * c.dim, c.dim}, {c.gradients.data() + j * c.dim, c.dim});
+    }
+    GpGradientEstimator estimator(c.kernel, c.noise, c.scaling, kCapacity);
+    estimator.fit(history, c.lengthscale);
+    std::string estimator_error;
+    try {
+      estimator.fit(history, bad);
+    } catch (const std::invalid_argument& e) {
+      estimator_error = e.what();
+    }
+    EXPECT_THAT(estimator_error, ::testing::StartsWith("lengthscale: must be finite and > 0, got"));
+    estimator.weigh(history, c.query);
+    ASSERT_EQ(estimator.weights().size(), before.weights.size());
+    for (std::size_t j = 0; j < before.weights.size(); ++j) {
+      EXPECT_TRUE(SameBits(estimator.weights()[j], before.weights[j])) << "weight " << j;
+    }
+    // The engine's backend: the same refusal, and its fit still serves a GP step.
+    optex::Options options;
+    options.parallelism = 2;
+    options.history = kCapacity;
+    options.kernel = c.kernel;
+    options.noise = c.noise;
+    options.threads = 1;
+    auto recording = std::make_unique<RecordingPrimitives>();
+    RecordingPrimitives& record = *recording;
+    const optex::OptimizerRanges sgd =
+        optex::OptimizerRanges(optex::Sgd{.lr = 1e-3}).for_dimension(c.dim);
+    const std::unique_ptr<detail::EngineBackend> backend = detail::make_device_backend(
+        std::move(recording), c.query, sgd, options, optex::CoordinateShard::whole(c.dim));
+    backend->observe(c.points, c.gradients);
+    (void)backend->fit(c.lengthscale);
+    std::string backend_error;
+    try {
+      (void)backend->fit(bad);
+    } catch (const std::invalid_argument& e) {
+      backend_error = e.what();
+    }
+    EXPECT_EQ(backend_error, estimator_error);
+    optex::Batch batch;
+    detail::BatchAccess::allocate(batch, 2, c.dim, optex::Device::cpu());
+    backend->begin_batch(batch);
+    backend->proxy_step(batch, 1, detail::ProxySource::gp, {});
+    EXPECT_TRUE(backend->finish_batch(batch));
+    ASSERT_EQ(record.weighings.size(), 1u);
+    ASSERT_EQ(record.weighings.front().weights.size(), before.weights.size());
+    for (std::size_t j = 0; j < before.weights.size(); ++j) {
+      EXPECT_TRUE(SameBits(record.weighings.front().weights[j], before.weights[j]))
+          << "backend weight " << j;
+    }
+  }
 }
 
 }  // namespace

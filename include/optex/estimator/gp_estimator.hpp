@@ -32,7 +32,8 @@ class GpGradientEstimator {
   // Factorises the covariance of the current history (fit_with_jitter):
   // jitter escalates by decades from 0 up to 1e-2 while the factorisation
   // reports a non-positive pivot; beyond that it throws std::runtime_error
-  // and the estimator is left unfitted.
+  // and the estimator is left unfitted. A lengthscale that is not finite and
+  // > 0 throws std::invalid_argument and leaves the current fit as it was.
   void fit(const GradientHistory& history, double lengthscale);
 
   // Writes mu(x) into out (size dim). Requires fit() on this same history.

@@ -52,11 +52,18 @@ struct GpFit {
 // success, > 0 where the matrix is not positive definite. May throw.
 using CovarianceFactor = std::function<int(const Eigen::MatrixXd& covariance)>;
 
+// Throws std::invalid_argument naming the value unless the lengthscale is
+// finite and > 0 (a zero, negative or NaN one makes every covariance NaN or
+// the identity, silently). Both fits call it before they change anything.
+void require_lengthscale(double lengthscale);
+
 // Builds K + (noise + jitter) I into `covariance` and hands it to `factor`
 // for jitter = 0, then 1e-10 up to 1e-2 by decades, until `factor` returns
 // 0. An empty history calls nothing and returns jitter 0. Throws
 // std::runtime_error naming the lengthscale, noise and history size when even
-// jitter 1e-2 fails; whatever `factor` throws passes through.
+// jitter 1e-2 fails; std::invalid_argument for a lengthscale
+// require_lengthscale() refuses, before `covariance` is touched; whatever
+// `factor` throws passes through.
 GpFit fit_with_jitter(const HistoryGram& history, const GpSettings& settings, double lengthscale,
                       Eigen::MatrixXd& covariance, const CovarianceFactor& factor);
 
