@@ -73,8 +73,9 @@ void CudaPrimitives::squared_distances(StoredRows rows, std::size_t nrows, std::
     const std::size_t q1 = run_end(queries, q0, d);
     const int q = checked_int(q1 - q0, "queries");
     const StoredRows first = queries[q0];
-    // squared_distances reuses nrows rows of partials per query, row_dots q rows.
-    double* scratch = partials(d, std::max(nrows, q1 - q0));
+    // squared_distances reuses nrows rows of partials per query of a pass,
+    // row_dots needs q rows.
+    double* scratch = partials(d, std::max(cuda::squared_distances_partial_rows(nr, q), q1 - q0));
     with_store(rows.storage, [&](auto row_tag) {
       using Store = decltype(row_tag);
       with_store(first.storage, [&](auto query_tag) {

@@ -31,7 +31,10 @@ constexpr int kThreads = 256;  // threads per block, every kernel
 constexpr int kWarps = kThreads / 32;
 constexpr std::size_t kElementsPerThread = 8;  // of a reduction, before the grid stops growing
 constexpr int kMaxReductionBlocks = 1024;
-constexpr int kMaxChunk = 16;     // rows per squared_distances block
+constexpr int kMaxChunk = 16;  // rows per squared_distances block, at most
+// fp32 accumulators per thread of squared_distances, one per (query, row) of a
+// block, and so the rows block_sum_to_partials sums at once.
+constexpr int kMaxAccumulators = 32;
 constexpr int kMaxGridY = 65535;  // gridDim.y (and z) limit
 constexpr std::size_t kMaxElementwiseBlocks = 65536;
 constexpr int kMaxStepRows = 12288;  // 48 KiB of float weights in shared memory, and the pad
@@ -54,34 +57,41 @@ __device__ __forceinline__ double warp_sum(double v) {
 // The shared scratch of block_sum_to_partials: one array per kernel, whatever
 // the instantiations of the template it holds.
 __device__ __forceinline__ double (*reduction_scratch())[kWarps] {
-  __shared__ double scratch[kMaxChunk][kWarps];
+  __shared__ double scratch[kMaxAccumulators][kWarps];
   return scratch;
 }
 
-// Sums acc[r] over the block (kThreads threads) in fp64 in a fixed order and
-// writes the block's sum of row r to partials[r * blocks + block]. Every
-// thread of the block must call it. T: the per-thread partials' type (fp32,
-// or fp64 where a kernel keeps fp64 partials per thread).
-template <int R, class T>
-__device__ __forceinline__ void block_sum_to_partials(const T (&acc)[R], double* partials,
-                                                      int blocks, int block) {
-  static_assert(R >= 1 && R <= kMaxChunk);
+// Where block_sum_to_partials writes accumulator i: partial row i (rows of
+// partials one after the other).
+struct ConsecutiveRows {
+  __device__ std::size_t operator()(int i) const { return static_cast<std::size_t>(i); }
+};
+
+// Sums acc[i] over the block (kThreads threads) in fp64 in a fixed order and
+// writes the block's sum of accumulator i to partials[row(i) * blocks + block].
+// Every thread of the block must call it. T: the per-thread partials' type
+// (fp32, or fp64 where a kernel keeps fp64 partials per thread). Each sum
+// depends on its own accumulator only, not on N or on the other accumulators.
+template <int N, class T, class PartialRow = ConsecutiveRows>
+__device__ __forceinline__ void block_sum_to_partials(const T (&acc)[N], double* partials,
+                                                      int blocks, int block,
+                                                      PartialRow row = PartialRow{}) {
+  static_assert(N >= 1 && N <= kMaxAccumulators);
   double(*warp_sums)[kWarps] = reduction_scratch();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const double s = warp_sum(static_cast<double>(acc[r]));
-    if (lane == 0) warp_sums[r][warp] = s;
+  for (int i = 0; i < N; ++i) {
+    const double s = warp_sum(static_cast<double>(acc[i]));
+    if (lane == 0) warp_sums[i][warp] = s;
   }
   __syncthreads();
-  const int r = static_cast<int>(threadIdx.x);
-  if (r < R) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < N) {
     double s = 0.0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += warp_sums[r][w];
-    partials[static_cast<std::size_t>(r) * static_cast<std::size_t>(blocks) +
-             static_cast<std::size_t>(block)] = s;
+    for (int w = 0; w < kWarps; ++w) s += warp_sums[i][w];
+    partials[row(i) * static_cast<std::size_t>(blocks) + static_cast<std::size_t>(block)] = s;
   }
 }
 
@@ -108,29 +118,41 @@ void sum_partials(const double* partials, int nrows, int blocks, double* out, cu
 
 // ---- squared_distances -------------------------------------------------------
 
-// The partial sums of ||query - rows[r]||^2, r < R, over this block's grid-stride
-// slice of [0, d). For small R several k are loaded before they are summed (U),
-// so enough loads are in flight; the order of the sums is still increasing k.
-template <int R, class Store, class Query>
-__device__ __forceinline__ void squared_distances_chunk(const Store* __restrict__ rows,
+// Rows per squared_distances block with Q queries: R * Q accumulators per
+// thread at most, so the registers stay few enough for full occupancy.
+constexpr int max_chunk(int queries) { return std::min(kMaxChunk, kMaxAccumulators / queries); }
+
+// The partial sums of ||queries[i] - rows[r]||^2, i < Q, r < R, over this
+// block's grid-stride slice of [0, d): each value of the R rows is loaded once
+// for all Q queries. For small R several k are loaded before they are summed
+// (U), so enough loads are in flight. Each accumulator's adds are those of one
+// query and one row alone, in increasing k, whatever Q, R and U: the sums are
+// bitwise those of one query at a time. The block's partial of (i, r) goes to
+// partial row i * nrows + r (query-major, as the caller's out).
+template <int Q, int R, class Store, class Query>
+__device__ __forceinline__ void squared_distances_chunk(const Store* __restrict__ rows, int nrows,
                                                         std::size_t d,
-                                                        const Query* __restrict__ query,
+                                                        const Query* __restrict__ queries,
                                                         double* partials, int blocks) {
+  static_assert(Q >= 1 && R >= 1 && Q * R <= kMaxAccumulators);
   constexpr int U = R >= 8 ? 1 : (R >= 4 ? 2 : 4);
-  float acc[R];
+  float acc[Q * R];  // acc[i * R + r]: query i, row r
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int a = 0; a < Q * R; ++a) acc[a] = 0.0f;
 
   const int block = static_cast<int>(blockIdx.y);
   const std::size_t stride = static_cast<std::size_t>(blocks) * kThreads;
   std::size_t k = static_cast<std::size_t>(block) * kThreads + threadIdx.x;
   if constexpr (U > 1) {
     for (; k + (U - 1) * stride < d; k += U * stride) {
-      float q[U];
+      float q[U][Q];
       float x[U][R];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        q[u] = detail::load_as_float(query[k + u * stride]);
+#pragma unroll
+        for (int i = 0; i < Q; ++i)
+          q[u][i] =
+              detail::load_as_float(queries[static_cast<std::size_t>(i) * d + k + u * stride]);
 #pragma unroll
         for (int r = 0; r < R; ++r)
           x[u][r] = detail::load_as_float(rows[static_cast<std::size_t>(r) * d + k + u * stride]);
@@ -138,37 +160,51 @@ __device__ __forceinline__ void squared_distances_chunk(const Store* __restrict_
 #pragma unroll
       for (int u = 0; u < U; ++u) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float t = x[u][r] - q[u];
-          acc[r] += t * t;
+        for (int i = 0; i < Q; ++i) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float t = x[u][r] - q[u][i];
+            acc[i * R + r] += t * t;
+          }
         }
       }
     }
   }
   for (; k < d; k += stride) {
-    const float q = detail::load_as_float(query[k]);
+    float q[Q];
     float x[R];
+#pragma unroll
+    for (int i = 0; i < Q; ++i)
+      q[i] = detail::load_as_float(queries[static_cast<std::size_t>(i) * d + k]);
 #pragma unroll
     for (int r = 0; r < R; ++r)
       x[r] = detail::load_as_float(rows[static_cast<std::size_t>(r) * d + k]);
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float t = x[r] - q;
-      acc[r] += t * t;
+    for (int i = 0; i < Q; ++i) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float t = x[r] - q[i];
+        acc[i * R + r] += t * t;
+      }
     }
   }
-  block_sum_to_partials<R>(acc, partials, blocks, block);
+  const auto partial_row = [nrows](int a) {
+    return static_cast<std::size_t>(a / R) * static_cast<std::size_t>(nrows) +
+           static_cast<std::size_t>(a % R);
+  };
+  block_sum_to_partials<Q * R>(acc, partials, blocks, block, partial_row);
 }
 
-// grid: x = chunk of rows (fastest, so the chunks of one slice of d run side by
-// side and share the query through L2), y = reduction block over d. The rows
-// are split into nchunks balanced chunks: chunk c holds rows
-// [c * nrows / nchunks, (c + 1) * nrows / nchunks), R or R - 1 of them, where
-// R = ceil(nrows / nchunks) <= kMaxChunk.
-template <int R, class Store, class Query>
+// Q queries (rows of stride d) against all rows. grid: x = chunk of rows
+// (fastest, so the chunks of one slice of d run side by side and share the
+// queries through L2), y = reduction block over d. The rows are split into
+// nchunks balanced chunks: chunk c holds rows [c * nrows / nchunks,
+// (c + 1) * nrows / nchunks), R or R - 1 of them, where
+// R = ceil(nrows / nchunks) <= max_chunk(Q).
+template <int Q, int R, class Store, class Query>
 __global__ void __launch_bounds__(kThreads)
     squared_distances_kernel(const Store* __restrict__ rows, int nrows, std::size_t d,
-                             const Query* __restrict__ query, int nchunks, double* partials,
+                             const Query* __restrict__ queries, int nchunks, double* partials,
                              int blocks) {
   const long long c = blockIdx.x;
   const int begin = static_cast<int>(c * nrows / nchunks);
@@ -178,28 +214,48 @@ __global__ void __launch_bounds__(kThreads)
       partials + static_cast<std::size_t>(begin) * static_cast<std::size_t>(blocks);
   if constexpr (R > 1) {
     if (end - begin != R) {
-      squared_distances_chunk<R - 1>(chunk_rows, d, query, chunk_partials, blocks);
+      squared_distances_chunk<Q, R - 1>(chunk_rows, nrows, d, queries, chunk_partials, blocks);
       return;
     }
   }
-  squared_distances_chunk<R>(chunk_rows, d, query, chunk_partials, blocks);
+  squared_distances_chunk<Q, R>(chunk_rows, nrows, d, queries, chunk_partials, blocks);
 }
 
-template <int R, class Store, class Query>
+// Launches squared_distances_kernel<Q, chunk> (chunk <= R).
+template <int Q, int R, class Store, class Query>
 void launch_squared_distances(int chunk, const Store* rows, int nrows, std::size_t d,
-                              const Query* query, int nchunks, double* partials, int blocks,
+                              const Query* queries, int nchunks, double* partials, int blocks,
                               cudaStream_t stream) {
   if constexpr (R > 1) {
     if (chunk != R) {
-      launch_squared_distances<R - 1>(chunk, rows, nrows, d, query, nchunks, partials, blocks,
-                                      stream);
+      launch_squared_distances<Q, R - 1>(chunk, rows, nrows, d, queries, nchunks, partials, blocks,
+                                         stream);
       return;
     }
   }
   const dim3 grid(static_cast<unsigned>(nchunks), static_cast<unsigned>(blocks));
-  squared_distances_kernel<R>
-      <<<grid, kThreads, 0, stream>>>(rows, nrows, d, query, nchunks, partials, blocks);
+  squared_distances_kernel<Q, R>
+      <<<grid, kThreads, 0, stream>>>(rows, nrows, d, queries, nchunks, partials, blocks);
   OPTEX_CUDA_CHECK(cudaGetLastError());
+}
+
+// One pass over the rows for `group` queries (1 <= group <= Q): the partials of
+// query i, row j in partial row i * nrows + j.
+template <int Q, class Store, class Query>
+void squared_distances_pass(int group, const Store* rows, int nrows, std::size_t d,
+                            const Query* queries, double* partials, int blocks,
+                            cudaStream_t stream) {
+  if constexpr (Q > 1) {
+    if (group != Q) {
+      squared_distances_pass<Q - 1>(group, rows, nrows, d, queries, partials, blocks, stream);
+      return;
+    }
+  }
+  constexpr int kChunk = max_chunk(Q);
+  const int nchunks = ceil_div(nrows, kChunk);
+  const int chunk = ceil_div(nrows, nchunks);  // rows per chunk: chunk or chunk - 1
+  launch_squared_distances<Q, kChunk>(chunk, rows, nrows, d, queries, nchunks, partials, blocks,
+                                      stream);
 }
 
 // ---- row_dots ------------------------------------------------------------------
@@ -563,6 +619,17 @@ int reduction_blocks(std::size_t d) {
       std::clamp<std::size_t>(blocks, 1, static_cast<std::size_t>(kMaxReductionBlocks)));
 }
 
+int distance_queries_per_pass(int nrows) {
+  // At most INT_MAX partial rows, the count sum_partials takes.
+  return std::clamp(INT_MAX / std::max(nrows, 1), 1, kDistanceQueriesPerPass);
+}
+
+std::size_t squared_distances_partial_rows(int nrows, int nqueries) {
+  if (nrows <= 0 || nqueries <= 0) return 0;
+  return static_cast<std::size_t>(nrows) *
+         static_cast<std::size_t>(std::min(nqueries, distance_queries_per_pass(nrows)));
+}
+
 template <class Store, class Query>
 void squared_distances(const Store* rows, int nrows, std::size_t d, const Query* queries,
                        int nqueries, double* partials, double* out, cudaStream_t stream) {
@@ -574,15 +641,17 @@ void squared_distances(const Store* rows, int nrows, std::size_t d, const Query*
     return;
   }
   const int blocks = reduction_blocks(d);
-  const int nchunks = ceil_div(nrows, kMaxChunk);
-  const int chunk = ceil_div(nrows, nchunks);  // rows per chunk: chunk or chunk - 1
-  // One query at a time: partials needs reduction_blocks(d) * nrows doubles only,
-  // and is reused (the launches are ordered on the stream).
-  for (int q = 0; q < nqueries; ++q) {
-    launch_squared_distances<kMaxChunk>(chunk, rows, nrows, d,
-                                        queries + static_cast<std::size_t>(q) * d, nchunks,
-                                        partials, blocks, stream);
-    sum_partials(partials, nrows, blocks, out + static_cast<std::size_t>(q) * nrows_z, stream);
+  const int per_pass = distance_queries_per_pass(nrows);
+  // per_pass queries at a time: the rows are read ceil(nqueries / per_pass)
+  // times, and partials (per_pass * nrows rows) is reused pass after pass (the
+  // launches are ordered on the stream).
+  for (int q0 = 0; q0 < nqueries; q0 += per_pass) {
+    const int group = std::min(per_pass, nqueries - q0);
+    squared_distances_pass<kDistanceQueriesPerPass>(group, rows, nrows, d,
+                                                    queries + static_cast<std::size_t>(q0) * d,
+                                                    partials, blocks, stream);
+    sum_partials(partials, group * nrows, blocks, out + static_cast<std::size_t>(q0) * nrows_z,
+                 stream);
   }
 }
 

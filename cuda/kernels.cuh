@@ -24,15 +24,31 @@ namespace optex::cuda {
 using detail::bf16_bits;
 
 // How many fp64 partial sums per row a reduction over d coordinates needs:
-// the `partials` scratch below holds reduction_blocks(d) * nrows doubles (it
-// is reused query after query). With d == 0 the outputs are zero (distances,
-// dots) or 1 (rows_finite).
+// the `partials` scratch below holds reduction_blocks(d) * nrows doubles
+// (squared_distances: * squared_distances_partial_rows). With d == 0 the
+// outputs are zero (distances, dots) or 1 (rows_finite).
 int reduction_blocks(std::size_t d);
+
+// Queries squared_distances takes in one pass over the rows, at most.
+inline constexpr int kDistanceQueriesPerPass = 4;
+
+// Queries per pass over nrows rows: kDistanceQueriesPerPass, fewer only where
+// their partial rows (per pass * nrows) would pass INT_MAX.
+int distance_queries_per_pass(int nrows);
+
+// The partial rows squared_distances needs: nrows per query of one pass,
+// min(nqueries, distance_queries_per_pass(nrows)) * nrows (0 without rows or
+// queries).
+std::size_t squared_distances_partial_rows(int nrows, int nqueries);
 
 // out[q * nrows + j] = ||queries[q] - rows[j]||^2 for q < nqueries, j < nrows.
 // rows: nrows x d row-major (stride d), queries: nqueries x d. Computed from
 // the differences directly, not from norms: proxy points are close together
-// and ||a||^2 + ||b||^2 - 2<a,b> would cancel in float.
+// and ||a||^2 + ||b||^2 - 2<a,b> would cancel in float. The rows are read
+// once per distance_queries_per_pass(nrows) queries; each value is summed as
+// with one query at a time, so the grouping changes no bit. partials:
+// reduction_blocks(d) * squared_distances_partial_rows(nrows, nqueries)
+// doubles.
 template <class Store, class Query>
 void squared_distances(const Store* rows, int nrows, std::size_t d, const Query* queries,
                        int nqueries, double* partials, double* out, cudaStream_t stream);

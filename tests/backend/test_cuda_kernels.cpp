@@ -2,14 +2,16 @@
 // buffers: upload, launch, synchronise, download, compare.
 //
 //   squared_distances, row_dots   a double reference (error bounds derived below)
-//                                 and streaming::squared_distances / dot
+//                                 and streaming::squared_distances / dot; several
+//                                 queries at once bit for bit as one at a time
 //   covariance_vector             optex::covariance_value, within 4 ulp (why: below)
 //   rows_finite                   finite and within a bound, over each row
 //   store_values, load_values     detail::to_bf16 / from_bf16, bit for bit
 //   optimizer_step                streaming::weighted_sum and optex::apply_step,
 //                                 bit for bit: x, every state slot, the prediction
 //
-// Every test needs a CUDA device: without one it is skipped with a message, or
+// Every test but the host arithmetic of the partials' size (CudaKernelsHost)
+// needs a CUDA device: without one it is skipped with a message, or
 // fails when the environment sets OPTEX_REQUIRE_GPU=1. A build without CUDA
 // compiles a stand-in that does the same.
 #include <gmock/gmock.h>
@@ -23,6 +25,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -231,12 +234,37 @@ void CheckSquaredDistances(int nrows, std::size_t d, int nqueries, cudaStream_t 
 
   const DeviceBuffer<Store> d_rows = ToDevice(rows);
   const DeviceBuffer<Query> d_queries = ToDevice(queries);
-  DeviceBuffer<double> partials(static_cast<std::size_t>(optex::cuda::reduction_blocks(d)) * nr);
+  // Exactly the partials the header asks for, then a guard of NaNs that no
+  // launch may touch.
+  const std::size_t need = static_cast<std::size_t>(optex::cuda::reduction_blocks(d)) *
+                           optex::cuda::squared_distances_partial_rows(nrows, nqueries);
+  constexpr std::size_t kGuard = 64;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  DeviceBuffer<double> partials = ToDevice(std::vector<double>(need + kGuard, nan));
   DeviceBuffer<double> out = ToDevice(std::vector<double>(nq * nr, -1.0));
   optex::cuda::squared_distances<Store, Query>(d_rows.data(), nrows, d, d_queries.data(), nqueries,
                                                partials.data(), out.data(), stream);
   OPTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
   const std::vector<double> gpu = ToHost(out);
+  const std::vector<double> after = ToHost(partials);
+  for (std::size_t i = need; i < need + kGuard; ++i)
+    ASSERT_TRUE(std::isnan(after[i])) << "partials written past their size, at " << i;
+
+  // Query by query, each alone: the same bits (each sum's order does not
+  // depend on how many queries share a pass over the rows).
+  DeviceBuffer<double> alone = ToDevice(std::vector<double>(nr, -1.0));
+  for (std::size_t iq = 0; iq < nq; ++iq) {
+    optex::cuda::squared_distances<Store, Query>(d_rows.data(), nrows, d, d_queries.data() + iq * d,
+                                                 1, partials.data(), alone.data(), stream);
+    OPTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<double> one = ToHost(alone);
+    for (std::size_t j = 0; j < nr; ++j) {
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(gpu[iq * nr + j]),
+                std::bit_cast<std::uint64_t>(one[j]))
+          << "query " << iq << " row " << j << ": " << gpu[iq * nr + j] << " with the others, "
+          << one[j] << " alone";
+    }
+  }
 
   const double gpu_bound = static_cast<double>(TermsPerThread(d) + 3) * kU;
   const double cpu_bound = static_cast<double>(std::min<std::size_t>(d, 4096) + 3) * kU;
@@ -267,15 +295,19 @@ void CheckSquaredDistances(int nrows, std::size_t d, int nqueries, cudaStream_t 
   }
 }
 
-// nrows above 16 split into balanced chunks of at most 16 rows (17: 8 + 9, 50:
-// 12 + 13 + 12 + 13); d = 1, odd d, d not a multiple of 256, and d over several
-// reduction blocks (5000: 3 blocks, with the unrolled loads and the tail loop).
+// Rows split into balanced chunks of at most 16 rows with one or two queries in
+// a pass (17: 8 + 9, 50: 12 + 13 + 12 + 13), fewer with more (three: 10, four:
+// 8); queries in passes of kDistanceQueriesPerPass (1, 3: one pass; 5: a full
+// one and one of 1; 9: two full ones and one of 1); d = 1, odd d, d not a
+// multiple of 256, and d over several reduction blocks (5000: 3 blocks, with
+// the unrolled loads and the tail loop).
 TEST_F(CudaKernels, SquaredDistancesMatchADoubleReferenceAndTheCpu) {
+  constexpr int kPass = optex::cuda::kDistanceQueriesPerPass;
   std::uint32_t seed = 1;
   for (const int nrows : {1, 2, 3, 5, 8, 16, 17, 33, 50}) {
     for (const std::size_t d :
          {std::size_t{1}, std::size_t{7}, std::size_t{255}, std::size_t{1000}, std::size_t{5000}}) {
-      for (const int nqueries : {1, 3}) {
+      for (const int nqueries : {1, 3, kPass + 1, 2 * kPass + 1}) {
         CheckSquaredDistances<float, float>(nrows, d, nqueries, stream_, seed++);
         CheckSquaredDistances<float, bf16_bits>(nrows, d, nqueries, stream_, seed++);
         CheckSquaredDistances<bf16_bits, float>(nrows, d, nqueries, stream_, seed++);
@@ -283,6 +315,30 @@ TEST_F(CudaKernels, SquaredDistancesMatchADoubleReferenceAndTheCpu) {
       }
     }
   }
+}
+
+// The partials squared_distances needs: nrows rows for each query of a pass,
+// kDistanceQueriesPerPass queries a pass unless that would make more than
+// INT_MAX rows. Host arithmetic only: runs without a device.
+TEST(CudaKernelsHost, SquaredDistancesPartialRowsCoverOnePass) {
+  using optex::cuda::distance_queries_per_pass;
+  using optex::cuda::squared_distances_partial_rows;
+  constexpr int kPass = optex::cuda::kDistanceQueriesPerPass;
+  static_assert(kPass == 4, "the expected values below assume passes of 4 queries");
+  EXPECT_EQ(squared_distances_partial_rows(5, 1), 5u);
+  EXPECT_EQ(squared_distances_partial_rows(5, 3), 15u);
+  EXPECT_EQ(squared_distances_partial_rows(5, 4), 20u);
+  EXPECT_EQ(squared_distances_partial_rows(5, 9), 20u);
+  EXPECT_EQ(squared_distances_partial_rows(33, 100), 132u);
+  EXPECT_EQ(squared_distances_partial_rows(0, 3), 0u);
+  EXPECT_EQ(squared_distances_partial_rows(3, 0), 0u);
+  EXPECT_EQ(squared_distances_partial_rows(-1, 3), 0u);
+  EXPECT_EQ(distance_queries_per_pass(1), 4);
+  EXPECT_EQ(distance_queries_per_pass(INT_MAX / 4), 4);
+  EXPECT_EQ(distance_queries_per_pass(INT_MAX / 4 + 1), 3);
+  EXPECT_EQ(distance_queries_per_pass(INT_MAX / 2 + 1), 1);
+  EXPECT_EQ(distance_queries_per_pass(INT_MAX), 1);
+  EXPECT_EQ(squared_distances_partial_rows(INT_MAX, 2), static_cast<std::size_t>(INT_MAX));
 }
 
 // d = 0 writes zeros; no rows or no queries writes nothing.

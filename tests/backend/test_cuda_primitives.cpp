@@ -375,6 +375,55 @@ TEST_F(CudaPrimitives, SquaredDistancesAndNormsMatchTheCpu) {
   }
 }
 
+// A run of 9 adjacent queries (the history's slots 0 to 8: more queries than
+// one pass of the distance kernel takes, so the rows are read in several passes
+// of several queries) against 33 rows (chunked): each query's distances and
+// norm are, bit for bit, those it gets alone, and its distance to its own row
+// is exactly 0. The singles run first, so the run also grows the scratch.
+TEST_F(CudaPrimitives, SquaredDistancesOfARunAreThoseOfEachQueryAlone) {
+  constexpr std::size_t kRows = 33;
+  constexpr std::size_t kQueries = 9;
+  std::mt19937 rng(12);
+  for (const std::size_t d : kDims) {
+    for (const Storage rs : kStorages) {
+      SCOPED_TRACE("d " + std::to_string(d) + ", " + Name(rs));
+      std::vector<float> h = Normal(rng, kRows * d);
+      for (std::size_t j = 0; j < kRows; ++j)  // rows at different distances
+        for (std::size_t k = 0; k < d; ++k) h[j * d + k] *= 1.0f + static_cast<float>(j % 5);
+      const StoredRows gh = Stored(*gpu_, h, rs);
+      std::vector<StoredRows> run;
+      for (std::size_t s = 0; s < kQueries; ++s) run.push_back(gh.row(s, d));
+
+      double* alone = gpu_->doubles(kQueries * kRows);
+      double* alone_norms = gpu_->doubles(kQueries);
+      for (std::size_t s = 0; s < kQueries; ++s)
+        gpu_->squared_distances(gh, kRows, d, {&run[s], 1}, alone + s * kRows, alone_norms + s);
+      double* together = gpu_->doubles(kQueries * kRows);
+      double* together_norms = gpu_->doubles(kQueries);
+      gpu_->squared_distances(gh, kRows, d, run, together, together_norms);
+
+      const std::vector<double> one = Get(*gpu_, alone, kQueries * kRows);
+      const std::vector<double> all = Get(*gpu_, together, kQueries * kRows);
+      for (std::size_t s = 0; s < kQueries; ++s) {
+        for (std::size_t j = 0; j < kRows; ++j) {
+          EXPECT_EQ(std::bit_cast<std::uint64_t>(all[s * kRows + j]),
+                    std::bit_cast<std::uint64_t>(one[s * kRows + j]))
+              << "query " << s << ", row " << j << ": " << all[s * kRows + j] << " in the run, "
+              << one[s * kRows + j] << " alone";
+        }
+        EXPECT_EQ(all[s * kRows + s], 0.0) << "slot " << s << " against itself";
+      }
+      const std::vector<double> one_norms = Get(*gpu_, alone_norms, kQueries);
+      const std::vector<double> all_norms = Get(*gpu_, together_norms, kQueries);
+      for (std::size_t s = 0; s < kQueries; ++s) {
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(all_norms[s]),
+                  std::bit_cast<std::uint64_t>(one_norms[s]))
+            << "norm " << s;
+      }
+    }
+  }
+}
+
 // Inner products by one fp32 GEMM per run of adjacent queries (cuBLAS, its own
 // summation order, fp32 accumulation). Bound for any order of d products:
 // (d + 1) u sum |x q|, doubled because tensor cores need not round their fp32
