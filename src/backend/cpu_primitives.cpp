@@ -78,6 +78,11 @@ class CpuPrimitives final : public DevicePrimitives {
                       std::span<const StoredRows> queries, double* out) override {
     streaming::inner_products(*pool_, fp32(rows), nrows, d, pointers(queries), out);
   }
+  void anchor_products(StoredRows points, StoredRows gradients, std::size_t n, std::size_t d,
+                       const float* a, const float* m, std::span<const int> fresh,
+                       double* out) override {
+    streaming::anchor_products(*pool_, fp32(points), fp32(gradients), n, d, a, m, fresh, out);
+  }
   void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override {
     const streaming::PairStatistics s = streaming::pair_statistics(*pool_, a, b, d);
     out[0] = s.aa;

@@ -5,7 +5,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "optex/backend/device_primitives.hpp"
 
 // Every pass reads kRows history rows side by side, so the hardware prefetchers
 // see a few long sequential streams (plus the query block). One row at a time
@@ -188,7 +192,146 @@ void all_pairs(const BlockPool& pool, const float* rows, std::size_t nrows, std:
     std::copy(sums.begin() + static_cast<std::ptrdiff_t>(pairs), sums.end(), query_norms);
 }
 
+// ---- anchor_products: fp64 terms, summed in kLanes64 interleaved lanes ----
+//
+// Lane l of a block's sum takes the coordinates i = l (mod kLanes64), in
+// order; the lanes are added as (l0 + l1) + (l2 + l3) at the block's end. The
+// order depends on the block's length only, so the bits do not depend on the
+// threads, and the independent lanes let the loop vectorise.
+constexpr std::size_t kLanes64 = 4;
+
+struct Lanes {
+  double v[kLanes64] = {};
+  double sum() const { return (v[0] + v[1]) + (v[2] + v[3]); }
+};
+
+// The six anchored products of one row (x, g) over one block, each summed
+// in lanes. Without momentum f and h stay 0.
+struct AnchoredRow {
+  Lanes e, f, q, h, s, r;
+};
+
+template <bool Momentum>
+void add_anchored_terms(AnchoredRow& acc, std::size_t lane, float x, float g, float a, float m) {
+  const double ai = a;
+  const double gi = g;
+  const double diff = ai - static_cast<double>(x);  // exact: a difference of floats
+  acc.e.v[lane] += diff * diff;
+  acc.q.v[lane] += ai * diff;
+  acc.s.v[lane] += gi * diff;
+  acc.r.v[lane] += ai * gi;
+  if constexpr (Momentum) {
+    const double mi = m;
+    acc.f.v[lane] += mi * diff;
+    acc.h.v[lane] += mi * gi;
+  }
+}
+
+template <bool Momentum>
+AnchoredRow anchored_row(const float* x, const float* g, const float* a, const float* m,
+                         std::size_t len) {
+  AnchoredRow acc;
+  std::size_t i = 0;
+  for (; i + kLanes64 <= len; i += kLanes64) {
+    for (std::size_t l = 0; l < kLanes64; ++l)
+      add_anchored_terms<Momentum>(acc, l, x[i + l], g[i + l], a[i + l], Momentum ? m[i + l] : 0);
+  }
+  for (std::size_t l = 0; i < len; ++i, ++l)
+    add_anchored_terms<Momentum>(acc, l, x[i], g[i], a[i], Momentum ? m[i] : 0);
+  return acc;
+}
+
+// <g, x - y> over one block, the differences in double.
+double gradient_along_difference(const float* g, const float* x, const float* y, std::size_t len) {
+  Lanes acc;
+  std::size_t i = 0;
+  for (; i + kLanes64 <= len; i += kLanes64) {
+    for (std::size_t l = 0; l < kLanes64; ++l) {
+      const std::size_t k = i + l;
+      acc.v[l] += static_cast<double>(g[k]) * (static_cast<double>(x[k]) - y[k]);
+    }
+  }
+  for (std::size_t l = 0; i < len; ++i, ++l)
+    acc.v[l] += static_cast<double>(g[i]) * (static_cast<double>(x[i]) - y[i]);
+  return acc.sum();
+}
+
+// <u, v> over one block in double (the scalars).
+double dot_in_double(const float* u, const float* v, std::size_t len) {
+  Lanes acc;
+  std::size_t i = 0;
+  for (; i + kLanes64 <= len; i += kLanes64) {
+    for (std::size_t l = 0; l < kLanes64; ++l)
+      acc.v[l] += static_cast<double>(u[i + l]) * static_cast<double>(v[i + l]);
+  }
+  for (std::size_t l = 0; i < len; ++i, ++l)
+    acc.v[l] += static_cast<double>(u[i]) * static_cast<double>(v[i]);
+  return acc.sum();
+}
+
+// Every output of anchor_products over the block [begin, begin + len), into
+// partial (AnchorLayout order).
+void anchor_products_block(const float* points, const float* gradients, std::size_t n,
+                           std::size_t dim, const float* a, const float* m,
+                           std::span<const int> fresh, std::size_t begin, std::size_t len,
+                           double* partial) {
+  const detail::AnchorLayout at(n, fresh.size());
+  const float* ab = a + begin;
+  const float* mb = m != nullptr ? m + begin : nullptr;
+  auto x = [&](std::size_t row) { return points + row * dim + begin; };
+  auto g = [&](std::size_t row) { return gradients + row * dim + begin; };
+  for (std::size_t j = 0; j < n; ++j) {
+    const AnchoredRow acc = mb != nullptr ? anchored_row<true>(x(j), g(j), ab, mb, len)
+                                          : anchored_row<false>(x(j), g(j), ab, nullptr, len);
+    partial[at.e() + j] = acc.e.sum();
+    partial[at.f() + j] = acc.f.sum();
+    partial[at.q() + j] = acc.q.sum();
+    partial[at.h() + j] = acc.h.sum();
+    partial[at.s() + j] = acc.s.sum();
+    partial[at.r() + j] = acc.r.sum();
+  }
+  double* scalars = partial + at.scalars();
+  scalars[0] = mb != nullptr ? dot_in_double(mb, mb, len) : 0.0;
+  scalars[1] = mb != nullptr ? dot_in_double(ab, mb, len) : 0.0;
+  scalars[2] = dot_in_double(ab, ab, len);
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    const auto t = static_cast<std::size_t>(fresh[k]);
+    for (std::size_t j = 0; j < n; ++j) {
+      partial[at.rows() + k * n + j] = gradient_along_difference(g(t), x(t), x(j), len);
+      partial[at.cols() + k * n + j] = gradient_along_difference(g(j), x(j), x(t), len);
+    }
+  }
+}
+
 }  // namespace
+
+void check_fresh_rows(std::span<const int> fresh, std::size_t n) {
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    if (fresh[k] < 0 || static_cast<std::size_t>(fresh[k]) >= n) {
+      throw std::invalid_argument("anchor_products: fresh[" + std::to_string(k) +
+                                  "] = " + std::to_string(fresh[k]) +
+                                  " is not a row of the history's first " + std::to_string(n));
+    }
+  }
+}
+
+void anchor_products(const BlockPool& pool, const float* points, const float* gradients,
+                     std::size_t n, std::size_t dim, const float* a, const float* m,
+                     std::span<const int> fresh, double* out) {
+  check_fresh_rows(fresh, n);
+  const std::size_t outputs = detail::AnchorLayout(n, fresh.size()).size();
+  const std::size_t blocks = block_count(dim);
+  double* partial = partials(blocks, outputs);
+  // Each block reads its slice of every point and gradient row, a and m.
+  const std::size_t bytes_per_block = (2 * n + 2) * kBlock * sizeof(float);
+  pool.for_blocks(blocks, bytes_per_block, [&](std::size_t first, std::size_t last) {
+    for (std::size_t b = first; b < last; ++b) {
+      anchor_products_block(points, gradients, n, dim, a, m, fresh, b * kBlock,
+                            block_length(b, dim), partial + b * outputs);
+    }
+  });
+  sum_blocks(partial, blocks, outputs, out);  // zeros when dim == 0
+}
 
 void squared_distances(const BlockPool& pool, const float* rows, std::size_t nrows, std::size_t dim,
                        std::span<const float* const> queries, double* out,

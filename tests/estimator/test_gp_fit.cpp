@@ -264,6 +264,11 @@ class Recording<void (detail::DevicePrimitives::*)(StepParameters...)> final
                       std::span<const detail::StoredRows> queries, double* out) override {
     cpu_->inner_products(rows, nrows, d, queries, out);
   }
+  void anchor_products(detail::StoredRows points, detail::StoredRows gradients, std::size_t n,
+                       std::size_t d, const float* a, const float* m, std::span<const int> fresh,
+                       double* out) override {
+    cpu_->anchor_products(points, gradients, n, d, a, m, fresh, out);
+  }
   void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override {
     cpu_->pair_statistics(a, b, d, out);
   }

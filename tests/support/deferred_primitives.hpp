@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "optex/backend/device_primitives.hpp"
+#include "optex/backend/streaming.hpp"
 
 namespace optex::test {
 
@@ -138,6 +139,16 @@ class DeferredPrimitives final : public detail::DevicePrimitives {
     enqueue([p = inner_.get(), rows, nrows, d,
              q = std::vector<detail::StoredRows>(queries.begin(), queries.end()),
              out] { p->inner_products(rows, nrows, d, q, out); });
+  }
+  void anchor_products(detail::StoredRows points, detail::StoredRows gradients, std::size_t n,
+                       std::size_t d, const float* a, const float* m, std::span<const int> fresh,
+                       double* out) override {
+    // Refused at the call, as a device refuses it before it queues anything.
+    streaming::check_fresh_rows(fresh, n);
+    poison(out, detail::AnchorLayout(n, fresh.size()).size());
+    enqueue([p = inner_.get(), points, gradients, n, d, a, m,
+             f = std::vector<int>(fresh.begin(), fresh.end()),
+             out] { p->anchor_products(points, gradients, n, d, a, m, f, out); });
   }
   void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override {
     poison(out, 4);

@@ -201,6 +201,12 @@ class FaultyPrimitives final : public detail::DevicePrimitives {
     if (control_->on_call("inner_products", FaultControl::Call::enqueues)) return;
     inner_->inner_products(rows, nrows, d, queries, out);
   }
+  void anchor_products(detail::StoredRows points, detail::StoredRows gradients, std::size_t n,
+                       std::size_t d, const float* a, const float* m, std::span<const int> fresh,
+                       double* out) override {
+    if (control_->on_call("anchor_products", FaultControl::Call::enqueues)) return;
+    inner_->anchor_products(points, gradients, n, d, a, m, fresh, out);
+  }
   void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override {
     if (control_->on_call("pair_statistics", FaultControl::Call::enqueues)) return;
     inner_->pair_statistics(a, b, d, out);

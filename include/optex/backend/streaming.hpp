@@ -72,6 +72,31 @@ PairStatistics pair_statistics(const BlockPool& pool, const float* a, const floa
 // Whether every value is finite and at most `bound` in magnitude.
 bool all_within_bound(const BlockPool& pool, const float* values, std::size_t n, float bound);
 
+// The anchored products of the GP proxy steps (DevicePrimitives::
+// anchor_products, whose out layout is AnchorLayout(n, fresh.size())), over
+// the first n rows of points X and gradients G (row-major, stride dim), the
+// anchor a and the momentum m (dim values each; m may be null: its products
+// are then 0):
+//   e[j] = ||a - X_j||^2   f[j] = <m, a - X_j>   q[j] = <a, a - X_j>
+//   h[l] = <m, G_l>        s[l] = <G_l, a - X_l>  r[l] = <a, G_l>
+//   scalars = {||m||^2, <a, m>, ||a||^2}
+//   rows[k n + j] = <G_t, X_t - X_j>, cols[k n + l] = <G_l, X_l - X_t>, t = fresh[k]
+// Every term is formed in double from the floats (a difference of two floats
+// is exact in double), so each product keeps its relative accuracy however
+// far the points lie from the origin. Each block sums its terms in double in
+// coordinate order; the blocks' partials are added in block order, so the
+// bits do not depend on the pool's threads. out: 6 n + 3 + 2 n fresh.size()
+// doubles. Throws std::invalid_argument (check_fresh_rows) before writing
+// anything when a fresh index is outside [0, n).
+void anchor_products(const BlockPool& pool, const float* points, const float* gradients,
+                     std::size_t n, std::size_t dim, const float* a, const float* m,
+                     std::span<const int> fresh, double* out);
+
+// Throws std::invalid_argument naming the first fresh index outside [0, n):
+// the check anchor_products makes before it writes, for a caller that must
+// refuse the call before queueing it.
+void check_fresh_rows(std::span<const int> fresh, std::size_t n);
+
 // The single-query passes on the calling thread.
 void squared_distances(const float* rows, std::size_t nrows, std::size_t dim, const float* x,
                        double* out);
