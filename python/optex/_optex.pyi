@@ -46,6 +46,7 @@ _PrecisionName = Literal["fp32", "bf16", "bf16_gradients"]
 _StrategyName = Literal["fixed", "adaptive"]
 _ContinueFromName = Literal["last", "best_loss"]
 _ModeName = Literal["approximate", "verified"]
+_ProxyDistancesName = Literal["direct", "coefficients"]
 _ChainStop = Literal["", "posterior_variance", "trust_region"]
 # "cpu", "cuda" or "cuda:<index>"
 _DeviceName = str
@@ -303,6 +304,7 @@ class Options:
     # Set from any sequence of floats; read back as a tuple.
     lengthscale_grid: tuple[float, ...]
     proxy: _ProxyName
+    proxy_distances: _ProxyDistancesName
     seed: int
     evaluations_per_point: int
     strategy: _StrategyName
@@ -330,6 +332,7 @@ class Options:
         selection_interval: int = 1,
         lengthscale_grid: Sequence[float] = (),
         proxy: _ProxyName = "gp",
+        proxy_distances: _ProxyDistancesName = "direct",
         seed: int = 0,
         evaluations_per_point: int = 1,
         strategy: _StrategyName = "fixed",
@@ -481,6 +484,7 @@ class OptEx:
         selection_interval: int = ...,
         lengthscale_grid: Sequence[float] = ...,
         proxy: _ProxyName = ...,
+        proxy_distances: _ProxyDistancesName = ...,
         seed: int = ...,
         evaluations_per_point: int = ...,
         strategy: _StrategyName = ...,

@@ -36,6 +36,13 @@ struct EnumNames<Proxy> {
   }};
 };
 template <>
+struct EnumNames<ProxyDistances> {
+  static constexpr std::array<std::pair<ProxyDistances, std::string_view>, 2> values{{
+      {ProxyDistances::direct, "direct"},
+      {ProxyDistances::coefficients, "coefficients"},
+  }};
+};
+template <>
 struct EnumNames<InputScaling> {
   static constexpr std::array<std::pair<InputScaling, std::string_view>, 2> values{{
       {InputScaling::none, "none"},

@@ -121,7 +121,7 @@ struct Field {
   const char* doc;
 };
 
-const std::array<Field, 23> kFields{{
+const std::array<Field, 24> kFields{{
     {"parallelism", "int", [](const Options& o) -> py::object { return py::int_(o.parallelism); },
      [](Options& o, py::handle v) { o.parallelism = to_int(v, "parallelism"); },
      "N: points evaluated per iteration, one per worker, in [1, 65536]."},
@@ -168,6 +168,16 @@ const std::array<Field, 23> kFields{{
      [](Options& o, py::handle v) { o.proxy = to_enum<Proxy>(v, "proxy"); },
      "What the proxy steps use as the gradient: 'gp' (OptEx), 'target' (true gradients from "
      "the gradient oracle: the upper bound) or 'last_gradient' (an ablation)."},
+    {"proxy_distances", "str",
+     [](const Options& o) -> py::object { return py::str(name_of(o.proxy_distances)); },
+     [](Options& o, py::handle v) {
+       o.proxy_distances = to_enum<ProxyDistances>(v, "proxy_distances");
+     },
+     "How the GP proxy steps find their squared distances to the history: 'direct' (one pass "
+     "over the history's points per proxy step: the reference) or 'coefficients' (from "
+     "products taken once a round, no pass per step). 'coefficients' applies to SGD (momentum, "
+     "Nesterov, weight decay) on a whole (unsharded) engine with one optimizer range; elsewhere "
+     "the engine uses 'direct'. The trajectories agree to fp32 rounding."},
     {"seed", "int", [](const Options& o) -> py::object { return py::int_(o.seed); },
      [](Options& o, py::handle v) { o.seed = to_seed(v, "seed"); },
      "Drives the per-point seeds handed to stochastic objectives, in [0, 2**64)."},

@@ -37,8 +37,9 @@ using detail::Writer;
 constexpr char kMagic[8] = {'O', 'P', 'T', 'E', 'X', 'C', 'K', 'P'};
 // 2 added the device and history precision; 3 the optimizer ranges and the
 // state slots (RmsProp keeps three buffers); 4 the evaluations per point, the
-// strategy, the safeguards and their state; 5 each range's step offset.
-constexpr std::uint32_t kFormatVersion = 6;
+// strategy, the safeguards and their state; 5 each range's step offset; 6 the
+// verified mode, its tolerance and window; 7 the proxy distances.
+constexpr std::uint32_t kFormatVersion = 7;
 
 std::uint64_t checksum(const std::vector<char>& bytes, std::size_t begin, std::size_t end) {
   return fnv1a64(reinterpret_cast<const unsigned char*>(bytes.data()) + begin, end - begin);

@@ -41,14 +41,15 @@ class PayloadPieces {
   std::vector<std::span<const char>> pieces_;
 };
 
-// The payload of `snapshot` in the current format (5): options | optimizer
+// The payload of `snapshot` in the current format (7): options | optimizer
 // ranges (each with its step offset) | iterate | optimizer state (step, a u8
 // slot count, the slots) | lengthscale | random state | iteration |
 // evaluations | history (size, next slot, points, gradients, distances,
-// norms, gradient Gram) | adaptive split state | last step length.
+// norms, gradient Gram) | adaptive split state | last step length | verified
+// window.
 void write_payload(const EngineSnapshot& snapshot, PayloadPieces& out);
 
-// Reads a payload of format `version` (1 to 5) to its end, then validates the
+// Reads a payload of format `version` (1 to 7) to its end, then validates the
 // snapshot it holds (validate in engine_snapshot.hpp). Every count is
 // checked against the bytes left before anything is allocated for it, and
 // against the options and the iterate; fields an older format lacks take the

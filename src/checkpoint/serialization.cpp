@@ -62,6 +62,8 @@ void put_options(Writer& w, const Options& o) {
   // Format 6.
   w.put<std::uint8_t>(static_cast<std::uint8_t>(o.mode), "options.mode");
   w.put(o.tolerance, "options.tolerance");
+  // Format 7.
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(o.proxy_distances), "options.proxy_distances");
 }
 
 Options get_options(Reader& r, std::uint32_t version) {
@@ -98,6 +100,9 @@ Options get_options(Reader& r, std::uint32_t version) {
   if (version >= 6) {  // earlier formats: the approximate mode only
     o.mode = static_cast<Mode>(r.get<std::uint8_t>("options.mode"));
     o.tolerance = r.get<double>("options.tolerance");
+  }
+  if (version >= 7) {  // earlier formats: one pass over the history per proxy step
+    o.proxy_distances = static_cast<ProxyDistances>(r.get<std::uint8_t>("options.proxy_distances"));
   }
   return o;
 }

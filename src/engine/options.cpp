@@ -51,6 +51,9 @@ void Options::validate() const {
     reject("kernel", static_cast<int>(kernel), "one of the Covariance values");
   if (static_cast<int>(proxy) < 0 || static_cast<int>(proxy) > 2)
     reject("proxy", static_cast<int>(proxy), "one of the Proxy values");
+  if (static_cast<int>(proxy_distances) < 0 || static_cast<int>(proxy_distances) > 1)
+    reject("proxy_distances", static_cast<int>(proxy_distances),
+           "one of the ProxyDistances values");
   if (static_cast<int>(input_scaling) < 0 || static_cast<int>(input_scaling) > 1)
     reject("input_scaling", static_cast<int>(input_scaling), "one of the InputScaling values");
   if (static_cast<int>(warmup) < 0 || static_cast<int>(warmup) > 1)

@@ -97,6 +97,10 @@ void WriteBytes(const fs::path& p, const std::vector<char>& bytes) {
 // size, payload, u64 FNV-1a of the payload.
 constexpr std::size_t kHeader = 8 + 4 + 8;
 constexpr std::size_t kTrailer = 8;
+// The payload's options with an empty lengthscale grid (format 7): 94 bytes through
+// the tolerance, then the proxy distances (u8), the last field that format 7 added.
+constexpr std::size_t kOptionsBytes = 95;
+constexpr std::size_t kProxyDistances = kHeader + 94;
 
 // Recomputes the checksum after a deliberate edit of the payload.
 void FixChecksum(std::vector<char>& bytes) {
@@ -165,6 +169,7 @@ struct RoundTrip {
   optex::Proxy proxy = optex::Proxy::gp;
   std::vector<double> grid = {};
   optex::Covariance kernel = optex::Covariance::matern52;
+  optex::ProxyDistances distances = optex::ProxyDistances::direct;
 };
 
 Options OptionsOf(const RoundTrip& c) {
@@ -179,6 +184,7 @@ Options OptionsOf(const RoundTrip& c) {
   o.proxy = c.proxy;
   if (!c.grid.empty()) o.lengthscale_grid = c.grid;
   if (!c.reference) o.kernel = c.kernel;
+  o.proxy_distances = c.distances;
   return o;
 }
 
@@ -231,6 +237,30 @@ std::vector<RoundTrip> RoundTrips() {
        optex::Proxy::gp,
        {0.3, 1.0, 3.0},
        optex::Covariance::rbf},
+      // The proxy distances travel with the options: where they apply (SGD with
+      // momentum, one range) and where the engine falls back to direct (Adam).
+      {"sgd_coefficients_wrapped",
+       sgd,
+       false,
+       6,
+       5,
+       LengthscaleSelection::leave_one_out,
+       1,
+       optex::Proxy::gp,
+       {},
+       optex::Covariance::matern52,
+       optex::ProxyDistances::coefficients},
+      {"adam_coefficients_wrapped",
+       adam,
+       false,
+       6,
+       5,
+       LengthscaleSelection::leave_one_out,
+       1,
+       optex::Proxy::gp,
+       {},
+       optex::Covariance::matern52,
+       optex::ProxyDistances::coefficients},
   };
 }
 
@@ -261,6 +291,7 @@ TEST_F(Checkpoint, ARestoredRunContinuesBitIdentically) {
     EXPECT_EQ(restored.options().warmup, o.warmup);
     EXPECT_EQ(restored.options().input_scaling, o.input_scaling);
     EXPECT_EQ(restored.options().proxy, o.proxy);
+    EXPECT_EQ(restored.options().proxy_distances, c.distances);
     EXPECT_EQ(restored.options().seed, o.seed);
     EXPECT_EQ(restored.options().kernel, o.kernel);
     EXPECT_EQ(restored.options().lengthscale_grid, o.lengthscale_grid);
@@ -558,7 +589,7 @@ TEST_F(BadCheckpoint, ForeignFiles) {
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {
-  for (std::uint32_t version : {0u, 7u, 0xFFFFFFFFu}) {
+  for (std::uint32_t version : {0u, 8u, 0xFFFFFFFFu}) {
     SCOPED_TRACE(version);
     std::vector<char> bytes = good_;
     std::memcpy(bytes.data() + 8, &version, sizeof version);
@@ -567,14 +598,14 @@ TEST_F(BadCheckpoint, WrongVersion) {
   }
 }
 
-// The optimizer ranges and the state slots of format 6, edited one field at a time in a
+// The optimizer ranges and the state slots of format 7, edited one field at a time in a
 // well-formed file (checksum fixed): each is refused naming what is wrong. Offsets for
-// good_ (Adam, d = 6, an empty lengthscale grid): the options take 94 payload bytes, then
+// good_ (Adam, d = 6, an empty lengthscale grid): the options take 95 payload bytes, then
 // the range count (u32), the range's size (u64) and step offset (i64), the optimizer tag
 // (u8) and Adam's five doubles and one flag, then the iterate (u64 count + 6 floats), the
 // step (i64) and the slot count (u8).
 TEST_F(BadCheckpoint, InvalidRangesAndSlotsWithAValidChecksum) {
-  constexpr std::size_t kCount = kHeader + 94;
+  constexpr std::size_t kCount = kHeader + kOptionsBytes;
   constexpr std::size_t kSize = kCount + 4;
   constexpr std::size_t kOffset = kSize + 8;
   constexpr std::size_t kTag = kOffset + 8;
@@ -626,7 +657,7 @@ TEST_F(Checkpoint, RangesOfMixedKindsAndForeignStatesAreRefused) {
   Engine e(Start(6, 3), ranges, Options{});
   Step(e);
   std::vector<char> bytes = SavedBytes(e, "two.ckpt");
-  constexpr std::size_t kSecondTag = kHeader + 94 + 4 + 8 + 8 + 1 + 5 * 8 + 1 + 8 + 8;
+  constexpr std::size_t kSecondTag = kHeader + kOptionsBytes + 4 + 8 + 8 + 1 + 5 * 8 + 1 + 8 + 8;
   ASSERT_EQ(static_cast<int>(bytes[kSecondTag]), static_cast<int>(Adam::checkpoint_tag));
   bytes[kSecondTag] = static_cast<char>(optex::RmsProp::checkpoint_tag);
   FixChecksum(bytes);
@@ -642,23 +673,26 @@ TEST_F(Checkpoint, ReadsFormatFourWithStepOffsetsOfZero) {
   Engine e(Start(6, 3), ranges, Options{});
   for (int t = 0; t < 3; ++t) Step(e);
   std::vector<char> bytes = SavedBytes(e, "six.ckpt");
-  // Format 6 less what formats 5 and 6 added, from the end: the verified window (i32 and
-  // u64 after the last step's length), each range's step offset (Options{} takes 94 bytes,
+  // Format 7 less what formats 5 to 7 added, from the end: the verified window (i32 and
+  // u64 after the last step's length), each range's step offset (Options{} takes 95 bytes,
   // the range count, then per range: size, step offset, tag, Adam's five doubles and one
-  // flag), and the options' mode (u8) and tolerance (f64), their last 9 bytes.
+  // flag), the options' proxy distances (u8, their last byte), and their mode (u8) and
+  // tolerance (f64), the 9 bytes before it.
   const auto erase = [&](std::size_t at, std::size_t count) {
     bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at),
                 bytes.begin() + static_cast<std::ptrdiff_t>(at + count));
   };
   erase(bytes.size() - kTrailer - 12, 12);
   constexpr std::size_t kRange = 8 + 8 + 1 + 5 * 8 + 1;
-  constexpr std::size_t kFirstOffset = kHeader + 94 + 4 + 8;
+  constexpr std::size_t kFirstOffset = kHeader + kOptionsBytes + 4 + 8;
   for (const std::size_t at : {kFirstOffset + kRange, kFirstOffset}) {
     std::int64_t offset = -1;
     std::memcpy(&offset, bytes.data() + at, sizeof offset);
     ASSERT_EQ(offset, 0);
     erase(at, 8);
   }
+  ASSERT_EQ(bytes[kProxyDistances], 0);  // ProxyDistances::direct
+  erase(kProxyDistances, 1);
   ASSERT_EQ(bytes[kHeader + 85], 0);  // Mode::approximate
   erase(kHeader + 85, 9);
   const std::uint32_t four = 4;
@@ -676,6 +710,59 @@ TEST_F(Checkpoint, ReadsFormatFourWithStepOffsetsOfZero) {
     Step(e);
   }
   EXPECT_TRUE(SameEngine(old, e));
+}
+
+// Format 6 is format 7 without the options' proxy distances: such a file loads with
+// ProxyDistances::direct, the only way the run that wrote it had, whatever the engine
+// that saves the file chose, and continues like that engine.
+TEST_F(Checkpoint, ReadsFormatSixWithDirectProxyDistances) {
+  const Optimizer sgd = Sgd{.lr = 0.02, .momentum = 0.9};
+  Options o;
+  o.proxy_distances = optex::ProxyDistances::coefficients;
+  Engine e(Start(6, 3), sgd, o);
+  for (int t = 0; t < 3; ++t) Step(e);
+  std::vector<char> bytes = SavedBytes(e, "seven.ckpt");
+  ASSERT_EQ(bytes[kProxyDistances], 1);  // ProxyDistances::coefficients
+  bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(kProxyDistances));
+  const std::uint32_t six = 6;
+  std::memcpy(bytes.data() + 8, &six, sizeof six);
+  const std::uint64_t payload = bytes.size() - kHeader - kTrailer;
+  std::memcpy(bytes.data() + 12, &payload, sizeof payload);
+  FixChecksum(bytes);
+  WriteBytes(Path("six.ckpt"), bytes);
+
+  Engine old = Engine::load(Path("six.ckpt"));
+  EXPECT_EQ(old.options().proxy_distances, optex::ProxyDistances::direct);
+  // Re-saved, it is the format 7 file of the saved engine with direct distances.
+  std::vector<char> expected = ReadBytes(Path("seven.ckpt"));
+  expected[kProxyDistances] = 0;
+  FixChecksum(expected);
+  EXPECT_EQ(SavedBytes(old, "six.again"), expected);
+  // It continues as the saved engine's state with direct distances does.
+  optex::EngineSnapshot snapshot = e.snapshot();
+  snapshot.options.proxy_distances = optex::ProxyDistances::direct;
+  Engine twin = Engine::from_snapshot(std::move(snapshot));
+  ASSERT_TRUE(SameEngine(old, twin));
+  for (int t = 0; t < 3; ++t) {
+    Step(old);
+    Step(twin);
+  }
+  EXPECT_TRUE(SameEngine(old, twin));
+}
+
+// A proxy distances byte beyond the enumeration is refused naming the field, in a
+// file whose checksum is valid.
+TEST_F(BadCheckpoint, AProxyDistancesValueOutsideTheEnumIsRefused) {
+  ASSERT_EQ(good_[kProxyDistances], 0);  // Options{}: ProxyDistances::direct
+  for (const std::uint8_t value : {std::uint8_t{2}, std::uint8_t{255}}) {
+    SCOPED_TRACE(static_cast<int>(value));
+    std::vector<char> bytes = good_;
+    bytes[kProxyDistances] = static_cast<char>(value);
+    FixChecksum(bytes);
+    ExpectLoadFails(bytes, "proxy_distances");
+    ExpectLoadFails(bytes, "options at byte " + std::to_string(kHeader));
+    ExpectLoadFails(bytes, "got " + std::to_string(value));
+  }
 }
 
 // Offsets are saved: a run whose ranges joined late resumes with them, bit for bit.

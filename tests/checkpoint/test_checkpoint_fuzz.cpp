@@ -88,11 +88,11 @@ void Set(std::vector<char>& bytes, std::size_t at, T v) {
   std::memcpy(bytes.data() + at, &v, sizeof v);
 }
 
-// The file offsets of a format 6 checkpoint's fields, found by walking it with the
+// The file offsets of a format 7 checkpoint's fields, found by walking it with the
 // layout of src/checkpoint/checkpoint_payload.cpp (DESIGN.md section 6). `*_count` is a u64 element
 // count, the elements follow it.
 struct Layout {
-  std::size_t parallelism, history, lengthscale_grid_count, device_index;
+  std::size_t parallelism, history, lengthscale_grid_count, device_index, proxy_distances;
   std::size_t ranges_count, range_size, range_step_offset, iterate_count, step, slot_count_byte;
   std::size_t slot_count[optex::kMaxStateSlots];
   std::size_t lengthscale, iteration, evaluations, history_size, history_next;
@@ -132,6 +132,8 @@ Layout Walk(const std::vector<char>& b) {
   p += 1 + 4 + 1;
   p += 4 + 1 + 1 + 8 + 8 + 8;  // evaluations per point, strategy .. max_lengthscale_change
   p += 1 + 8;                  // mode, tolerance
+  l.proxy_distances = p;
+  p += 1;
   l.ranges_count = p;
   const auto ranges = Get<std::uint32_t>(b, p);
   p += 4;
@@ -497,6 +499,20 @@ TEST_F(HostileCheckpoint, SizesBeyondTheFileOrTheLimitsAreRefusedBeforeAllocatin
   ExpectRefused(With(l_.device_index, std::int32_t{-7}), "device.index");
 }
 
+// An enumeration byte beyond its values is refused naming the option (format 7 added
+// the proxy distances: 0 direct, 1 coefficients).
+TEST_F(HostileCheckpoint, EnumerationValuesOutsideTheirRangeAreRefused) {
+  ASSERT_EQ(Get<std::uint8_t>(adam_, l_.proxy_distances), 0);  // ProxyDistances::direct
+  for (const std::uint8_t value : {std::uint8_t{2}, std::uint8_t{7}, std::uint8_t{255}}) {
+    SCOPED_TRACE(static_cast<int>(value));
+    ExpectRefused(With(l_.proxy_distances, value), "proxy_distances");
+  }
+  // Every value of the enumeration loads, and the engine runs.
+  std::vector<char> bytes = With(l_.proxy_distances, std::uint8_t{1});
+  FixChecksum(bytes);
+  EXPECT_EQ(Load(bytes), Outcome::loaded);
+}
+
 TEST_F(HostileCheckpoint, TrailingBytesAndForeignFormatsAreRefused) {
   {
     std::vector<char> bytes = adam_;
@@ -504,9 +520,9 @@ TEST_F(HostileCheckpoint, TrailingBytesAndForeignFormatsAreRefused) {
     Set(bytes, 12, static_cast<std::uint64_t>(bytes.size() - kHeader - kTrailer));
     ExpectRefused(bytes, "trailing bytes");
   }
-  // A format 5 payload labelled 4, 3, 2 or 1: read with an older layout, it fails at a
-  // field.
-  for (std::uint32_t version : {1u, 2u, 3u, 4u}) {
+  // A format 7 payload labelled 6, 4, 3, 2 or 1: read with an older layout, it fails at
+  // a field.
+  for (std::uint32_t version : {1u, 2u, 3u, 4u, 6u}) {
     SCOPED_TRACE(version);
     ExpectRefused(With(std::size_t{8}, version), " at byte ");
   }

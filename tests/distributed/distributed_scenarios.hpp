@@ -315,6 +315,18 @@ inline void CheckConfigurationMismatchIsRefused(Communicator& comm) {
                                                std::to_string(WithN(4).history) + ", rank " +
                                                std::to_string(comm.size() - 1) + " has 7"));
   }
+  // The proxy distances: a rank on another computation of the proxy steps is refused too.
+  Options distances = WithN(4);
+  if (comm.rank() == comm.size() - 1)
+    distances.proxy_distances = optex::ProxyDistances::coefficients;
+  try {
+    DistributedEngine engine(x0, Sgd{.lr = 0.01}, distances, comm);
+    ADD_FAILURE() << "rank " << comm.rank() << ": different proxy distances were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                              "ranks disagree on options.proxy_distances: rank 0 has 0, rank " +
+                              std::to_string(comm.size() - 1) + " has 1"));
+  }
   // And the distributed options.
   DistributedOptions rarely;
   if (comm.rank() == comm.size() - 1) rarely.hash_interval = 3;

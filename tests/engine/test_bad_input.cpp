@@ -213,6 +213,25 @@ TEST(BadInput, History) {
   EXPECT_NO_THROW(largest.validate());
 }
 
+// An enumeration value outside ProxyDistances (a cast through the C++ API) is
+// refused naming the field and the value; both values are accepted, the default and
+// the reference are direct.
+TEST(BadInput, ProxyDistances) {
+  for (const int value : {-1, 2, 255}) {
+    Options o;
+    o.proxy_distances = static_cast<optex::ProxyDistances>(value);
+    ExpectConstructorRejects([&] { return Engine(kX0, Adam{}, o); },
+                             {"proxy_distances", std::to_string(value)});
+  }
+  for (const auto value : {optex::ProxyDistances::direct, optex::ProxyDistances::coefficients}) {
+    Options o;
+    o.proxy_distances = value;
+    EXPECT_EQ(Engine(kX0, Sgd{.lr = 0.1, .momentum = 0.9}, o).options().proxy_distances, value);
+  }
+  EXPECT_EQ(Options{}.proxy_distances, optex::ProxyDistances::direct);
+  EXPECT_EQ(Options::reference().proxy_distances, optex::ProxyDistances::direct);
+}
+
 TEST(BadInput, Lengthscale) {
   for (auto [value, text] : {std::pair{0.0, "0"}, std::pair{-0.5, "-0.5"}, std::pair{kNaN, "nan"},
                              std::pair{kInf, "inf"}}) {

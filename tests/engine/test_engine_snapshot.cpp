@@ -66,7 +66,8 @@ bool SameValues(const std::vector<T>& a, const std::vector<T>& b) {
   const auto fail = [](const char* field) { return ::testing::AssertionFailure() << field; };
   if (!(a.options.parallelism == b.options.parallelism && a.options.history == b.options.history &&
         a.options.seed == b.options.seed && a.options.strategy == b.options.strategy &&
-        a.options.device == b.options.device)) {
+        a.options.device == b.options.device &&
+        a.options.proxy_distances == b.options.proxy_distances)) {
     return fail("options");
   }
   if (!(a.optimizer == b.optimizer)) return fail("optimizer");
@@ -114,6 +115,12 @@ Options Adaptive() {
   return o;
 }
 
+Options CoefficientDistances() {
+  Options o = With(3, 5, 6);
+  o.proxy_distances = ProxyDistances::coefficients;
+  return o;
+}
+
 Options TwoEvaluationsPerPoint() {
   Options o = With(4, 6, 5);
   o.evaluations_per_point = 2;
@@ -127,6 +134,8 @@ std::vector<RunCase> Runs() {
       {"rmsprop_centered", RmsProp{.lr = 0.01, .momentum = 0.5, .centered = true}, With(3, 4, 4),
        5},
       {"adaptive_adamw", adamw(0.05, 0.1), Adaptive(), 6},
+      {"sgd_coefficient_distances", Sgd{.lr = 0.02, .momentum = 0.9, .weight_decay = 0.01},
+       CoefficientDistances(), 6},
       {"two_evaluations_per_point", Sgd{.lr = 0.05, .momentum = 0.5}, TwoEvaluationsPerPoint(), 6},
       {"ranges",
        OptimizerRanges{{2, Adam{.lr = 0.05}}, {3, adamw(0.02, 0.1)}, {3, Adam{.lr = 0.1}}},
@@ -300,6 +309,12 @@ TEST(EngineSnapshotValidation, OptionsOptimizerAndOffsetsAreChecked) {
                 {F::options, -1, {}, "options: parallelism"});
   ExpectRefused(Edited(Good(), [](auto& s) { s.options.history = 0; }),
                 {F::options, -1, {}, "options: history"});
+  for (const int value : {-1, 2, 255}) {
+    ExpectRefused(
+        Edited(Good(),
+               [&](auto& s) { s.options.proxy_distances = static_cast<ProxyDistances>(value); }),
+        {F::options, -1, {}, "options: proxy_distances"});
+  }
   ExpectRefused(Edited(Good(),
                        [](auto& s) {
                          s.optimizer = OptimizerRanges{{2, Adam{}}, {2, Adam{}}};

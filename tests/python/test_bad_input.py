@@ -78,6 +78,10 @@ def test_x0_conversions() -> None:
                                "'last_gradient'\\)"),
         (dict(input_scaling="unit"), "input_scaling: unknown value 'unit'"),
         (dict(warmup="none"), "warmup: unknown value 'none'"),
+        (dict(proxy_distances="exact"), "proxy_distances: unknown value 'exact' \\(expected "
+                                        "'direct' or 'coefficients'\\)"),
+        (dict(proxy_distances="Direct"), "proxy_distances: unknown value 'Direct'"),
+        (dict(proxy_distances=""), "proxy_distances: unknown value ''"),
         (dict(lengthscale_selection="loo"), "lengthscale_selection: unknown value 'loo'"),
         (dict(history_precision="fp16"), "history_precision: unknown value 'fp16'"),
         (dict(history_precision="bf16"), "history_precision: bf16 storage is available on CUDA "
@@ -146,6 +150,9 @@ def test_bad_options(kwargs, message) -> None:
         (dict(evaluations_per_point=None), "evaluations_per_point: expected an int, got NoneType"),
         (dict(strategy=1), "strategy: expected a str, got int"),
         (dict(strategy=None), "strategy: expected a str, got NoneType"),
+        (dict(proxy_distances=1), "proxy_distances: expected a str, got int"),
+        (dict(proxy_distances=None), "proxy_distances: expected a str, got NoneType"),
+        (dict(proxy_distances=b"direct"), "proxy_distances: expected a str, got bytes"),
         (dict(continue_from=b"last"), "continue_from: expected a str, got bytes"),
         (dict(continue_from=["last"]), "continue_from: expected a str, got list"),
         *[(dict([(name, bad)]), f"{name}: expected a float, got {type(bad).__name__}")

@@ -96,9 +96,33 @@ def test_mutated_checkpoints_are_refused_and_leave_an_engine_alone(
         pass  # the fit may refuse statistics that no longer match the points
 
 
-# engine()'s file: Options with an empty lengthscale grid (94 bytes), the range count
-# (u32) and the range's size (u64), then its step offset (i64, format 5).
-STEP_OFFSET = HEADER + 94 + 4 + 8
+# engine()'s file: Options with an empty lengthscale grid (95 bytes, the last one the
+# proxy distances of format 7), the range count (u32) and the range's size (u64), then
+# its step offset (i64, format 5).
+PROXY_DISTANCES = HEADER + 94
+STEP_OFFSET = HEADER + 95 + 4 + 8
+
+
+def test_a_proxy_distances_byte_outside_the_enum_is_refused_naming_it(tmp_path: pathlib.Path,
+                                                                      saved: bytes) -> None:
+    assert saved[PROXY_DISTANCES] == 0  # "direct", the default
+    path = tmp_path / "distances.ckpt"
+    for bad in (2, 3, 255):
+        data = bytearray(saved)
+        data[PROXY_DISTANCES] = bad
+        path.write_bytes(with_checksum(data))
+        existing = engine()
+        before = snapshot(existing)
+        with pytest.raises(RuntimeError, match=rf"options at byte {HEADER}: proxy_distances: .*got {bad}$"):
+            optex.OptEx.load(path)
+        assert snapshot(existing) == before
+    # 1 is "coefficients": it loads and comes back as that name.
+    data = bytearray(saved)
+    data[PROXY_DISTANCES] = 1
+    path.write_bytes(with_checksum(data))
+    loaded = optex.OptEx.load(path)
+    assert loaded.options.proxy_distances == "coefficients"
+    step(loaded)
 
 
 def test_a_step_offset_beyond_the_state_step_is_refused_naming_it(tmp_path: pathlib.Path, saved: bytes) -> None:

@@ -64,6 +64,7 @@ FIELDS: dict[str, st.SearchStrategy] = {
     "lengthscale_grid": st.one_of(st.lists(FLOATS, max_size=3), st.tuples(FLOATS), FLOATS,
                                   st.just("0.5,1")),
     "proxy": names("gp", "target", "last_gradient"),
+    "proxy_distances": names("direct", "coefficients"),
     "seed": st.one_of(st.integers(0, 2**64 - 1), st.integers(-(2**70), -1),
                       st.integers(2**64, 2**70), st.sampled_from([True, 1.0]), WRONG_TYPES),
     "evaluations_per_point": small_ints(1, 4),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from optex import problems
 # Valid values that differ from the defaults in every field they name.
 CHANGED = dict(parallelism=6, evaluations_per_point=3, strategy="adaptive",
                continue_from="last", max_posterior_variance=0.5, trust_region=2.0,
-               max_lengthscale_change=4.0)
+               max_lengthscale_change=4.0, proxy_distances="coefficients")
 X0 = problems.Rosenbrock().standard_start(5)
 
 
@@ -173,6 +174,8 @@ def test_facade_options_and_keywords_are_validated_together(torch_model) -> None
         (dict(evaluations_per_point=2.0), "^evaluations_per_point: expected an int, got float$"),
         (dict(strategy="greedy"), "^strategy: unknown value 'greedy'"),
         (dict(continue_from=0), "^continue_from: expected a str, got int$"),
+        (dict(proxy_distances="exact"), "^proxy_distances: unknown value 'exact'"),
+        (dict(proxy_distances=1), "^proxy_distances: expected a str, got int$"),
         (dict(max_posterior_variance=math.nan), r"^max_posterior_variance: must be > 0"),
         (dict(trust_region=-1.0), r"^trust_region: must be > 0"),
         (dict(max_lengthscale_change=0.5), r"^max_lengthscale_change: must be >= 1"),
@@ -184,3 +187,34 @@ def test_facade_refuses_a_bad_option_naming_it(torch_model, kwargs, message) -> 
     model, _ = torch_model
     with pytest.raises(ValueError, match=message):
         OptEx(model.parameters(), **kwargs)
+
+
+# ---- the proxy distances through every carrier --------------------------------------
+
+
+@pytest.mark.parametrize("distances", ["direct", "coefficients"])
+def test_proxy_distances_survive_options_pickle_state_arrays_and_checkpoints(tmp_path, distances) -> None:
+    """Set on the engine, the value reads back from options, and a pickled Options, the
+    state arrays and a checkpoint file carry it to the engine they build."""
+    opt = optex.OptEx(X0, optex.Sgd(lr=1e-3, momentum=0.9), parallelism=3, proxy_distances=distances)
+    assert opt.options.proxy_distances == distances
+    for _ in range(2):
+        losses, grads = problems.Rosenbrock().value_and_grad(opt.ask())
+        opt.tell(grads, losses)
+    assert pickle.loads(pickle.dumps(opt.options)).proxy_distances == distances
+    assert opt.state_arrays()["options"]["proxy_distances"] == distances
+    assert optex.OptEx.from_state_arrays(opt.state_arrays()).options.proxy_distances == distances
+    opt.save(tmp_path / "run.ckpt")
+    restored = optex.OptEx.load(tmp_path / "run.ckpt")
+    assert restored.options.proxy_distances == distances
+    assert restored.options == opt.options
+
+
+def test_state_arrays_refuse_a_bad_proxy_distances_value() -> None:
+    opt = optex.OptEx(X0, parallelism=2)
+    state = opt.state_arrays()
+    for bad, message in (("exact", r"^options\['proxy_distances'\]: proxy_distances: unknown value 'exact'"),
+                         (0, r"^options\['proxy_distances'\]: proxy_distances: expected a str, got int")):
+        state["options"]["proxy_distances"] = bad
+        with pytest.raises(ValueError, match=message):
+            optex.OptEx.from_state_arrays(state)

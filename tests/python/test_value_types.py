@@ -26,6 +26,7 @@ OPTION_FIELDS = {
     "selection_interval": 1,
     "lengthscale_grid": (),
     "proxy": "gp",
+    "proxy_distances": "direct",
     "seed": 0,
     "evaluations_per_point": 1,
     "strategy": "fixed",
@@ -56,6 +57,7 @@ def test_reference_options() -> None:
     assert reference.input_scaling == "reference_mean_sqrt_norm"
     assert reference.warmup == "zero_gradient"
     assert reference.lengthscale_selection == "fixed"
+    assert reference.proxy_distances == "direct"
     assert optex.Options.reference(parallelism=3).parallelism == 3
 
 
@@ -123,6 +125,8 @@ def test_every_enumeration_value_is_accepted() -> None:
         assert optex.Options(kernel=kernel).kernel == kernel
     for proxy in ("gp", "target", "last_gradient"):
         assert optex.Options(proxy=proxy).proxy == proxy
+    for distances in ("direct", "coefficients"):
+        assert optex.Options(proxy_distances=distances).proxy_distances == distances
     for scaling in ("none", "reference_mean_sqrt_norm"):
         assert optex.Options(input_scaling=scaling).input_scaling == scaling
     for warmup in ("zero_gradient", "last_gradient"):

@@ -23,6 +23,12 @@ enum class Proxy {
   last_gradient,
 };
 
+// How the GP proxy steps find their T0 squared distances to the history (DESIGN.md section 7).
+enum class ProxyDistances {
+  direct,        // one pass over the history's points per proxy step: the reference
+  coefficients,  // from per-round anchor products, no pass per step (SGD family, exact)
+};
+
 // How history and query points are scaled before the kernel sees them.
 enum class InputScaling {
   // Raw coordinates: the lengthscale is a distance in parameter space.
@@ -115,6 +121,10 @@ struct Options {
   std::vector<double> lengthscale_grid;
 
   Proxy proxy = Proxy::gp;
+  // `coefficients` applies to SGD (momentum, Nesterov, weight decay) on a whole
+  // (unsharded) engine with one optimizer range; elsewhere the engine uses
+  // `direct`; the trajectories agree to fp32 rounding (DESIGN.md).
+  ProxyDistances proxy_distances = ProxyDistances::direct;
   std::uint64_t seed = 0;  // drives the per-evaluation seeds handed to stochastic objectives
 
   // D: how many of a round's N evaluations each point gets (each with its own
@@ -172,6 +182,7 @@ struct Options {
     o.strategy = Strategy::fixed;
     o.evaluations_per_point = 1;
     o.continue_from = ContinueFrom::last;
+    o.proxy_distances = ProxyDistances::direct;
     o.validate();
     return o;
   }

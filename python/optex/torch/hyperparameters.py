@@ -50,6 +50,7 @@ OPTION_FIELDS = (
     "selection_interval",
     "lengthscale_grid",
     "proxy",
+    "proxy_distances",
     "seed",
     "evaluations_per_point",
     "strategy",

@@ -71,7 +71,7 @@ class OptEx(torch.optim.Optimizer):
     **OptEx options.** ``parallelism`` (N), ``history``, ``kernel``,
     ``lengthscale``, ``noise``, ``input_scaling``, ``warmup``,
     ``lengthscale_selection``, ``selection_interval``, ``lengthscale_grid``,
-    ``proxy``, ``seed``, ``evaluations_per_point``, ``strategy``,
+    ``proxy``, ``proxy_distances``, ``seed``, ``evaluations_per_point``, ``strategy``,
     ``continue_from``, ``max_posterior_variance``, ``trust_region``,
     ``max_lengthscale_change``, ``mode`` and ``tolerance`` (``mode="verified"``:
     the base optimizer's own trajectory, several of its steps a round; see
@@ -327,6 +327,7 @@ class OptEx(torch.optim.Optimizer):
         selection_interval: int | None = None,
         lengthscale_grid: Iterable[float] | None = None,
         proxy: str | None = None,
+        proxy_distances: str | None = None,
         seed: int | None = None,
         evaluations_per_point: int | None = None,
         strategy: str | None = None,
@@ -368,6 +369,7 @@ class OptEx(torch.optim.Optimizer):
             "selection_interval": selection_interval,
             "lengthscale_grid": lengthscale_grid,
             "proxy": proxy,
+            "proxy_distances": proxy_distances,
             "seed": seed,
             "evaluations_per_point": evaluations_per_point,
             "strategy": strategy,
