@@ -73,6 +73,11 @@ class CudaPrimitives final : public detail::DevicePrimitives {
                          double* norms) override;
   void inner_products(detail::StoredRows rows, std::size_t nrows, std::size_t d,
                       std::span<const detail::StoredRows> queries, double* out) override;
+  // anchor_products.cu's kernels: one pass over the rows per kAnchorFreshPerPass
+  // fresh slots.
+  void anchor_products(detail::StoredRows points, detail::StoredRows gradients, std::size_t n,
+                       std::size_t d, const float* a, const float* m, std::span<const int> fresh,
+                       double* out) override;
   void pair_statistics(const float* a, const float* b, std::size_t d, double* out) override;
   void dot(const float* a, const float* b, std::size_t d, double* out) override;
   void within_bound(const float* rows, std::size_t nrows, std::size_t d, float bound,

@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "anchor_products.cuh"
 #include "cuda_check.hpp"
 #include "cuda_primitives.hpp"
+#include "optex/backend/streaming.hpp"
 
 namespace optex::cuda {
 namespace {
@@ -141,6 +143,33 @@ void CudaPrimitives::inner_products(StoredRows rows, std::size_t nrows, std::siz
     q0 = q1;
   }
   widen_floats(products, out, values, stream());
+}
+
+void CudaPrimitives::anchor_products(StoredRows points, StoredRows gradients, std::size_t n,
+                                     std::size_t d, const float* a, const float* m,
+                                     std::span<const int> fresh, double* out) {
+  DeviceGuard guard(index_);
+  // Everything is checked before the scratch grows or anything is enqueued.
+  streaming::check_fresh_rows(fresh, n);
+  if (points.storage != gradients.storage) {
+    throw std::invalid_argument(
+        "anchor_products: the points and the gradients must have one storage");
+  }
+  if (d > 0 && (a == nullptr || (n > 0 && (points.data == nullptr || gradients.data == nullptr)))) {
+    throw std::invalid_argument(
+        "anchor_products: the anchor, the points and the gradients must not be null");
+  }
+  // The kernels count rows in int: n, and the partial rows (more than n + 1,
+  // the grid's blocks per slice of d).
+  const int nrows = checked_int(n, "anchor_products: n");
+  const std::size_t partial_rows = anchor_products_partial_rows(n, fresh.size());
+  (void)checked_int(partial_rows, "anchor_products: partial rows");
+  double* scratch = d > 0 ? partials(d, partial_rows) : nullptr;
+  with_store(points.storage, [&](auto tag) {
+    using Store = decltype(tag);
+    cuda::anchor_products<Store>(as<Store>(points), as<Store>(gradients), nrows, d, a, m, fresh,
+                                 scratch, out, stream());
+  });
 }
 
 void CudaPrimitives::pair_statistics(const float* a, const float* b, std::size_t d, double* out) {

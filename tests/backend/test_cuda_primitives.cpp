@@ -511,6 +511,252 @@ TEST_F(CudaPrimitives, PairStatisticsAndDotMatchTheCpu) {
   }
 }
 
+// ---- anchor_products ------------------------------------------------------------------------
+
+using optex::detail::AnchorLayout;
+
+// Every value of `got` has the bits of `want`'s.
+void ExpectSameBits(const std::vector<double>& got, const std::vector<double>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(optex::test::SameBits(got[i], want[i]))
+        << what << ", value " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+// Upper bounds of the sum of |terms| of each anchor product, by Cauchy-Schwarz
+// (sum_k |x_k y_k| <= ||x|| ||y||) and the triangle inequality (||X_t - X_j|| <=
+// ||a - X_t|| + ||a - X_j||), from O(n d) norms, out's layout: e[j] = ||a - X_j||^2
+// exactly, f[j] <= ||m|| ||a - X_j||, rows[k][j] <= ||G_t|| (||a - X_t|| +
+// ||a - X_j||), and so on. For random Gaussian rows they exceed the sums of
+// |terms| by a factor near pi / 2, not more.
+std::vector<double> AnchorMagnitudes(const std::vector<float>& x, const std::vector<float>& g,
+                                     const std::vector<float>& a, const std::vector<float>* m,
+                                     std::size_t n, std::size_t d, std::span<const int> fresh) {
+  const auto norm = [d](auto&& value) {
+    double s = 0.0;
+    for (std::size_t k = 0; k < d; ++k) s += value(k) * value(k);
+    return std::sqrt(s);
+  };
+  std::vector<double> to_anchor(n), gradient(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    to_anchor[j] = norm([&](std::size_t k) { return double{a[k]} - double{x[j * d + k]}; });
+    gradient[j] = norm([&](std::size_t k) { return double{g[j * d + k]}; });
+  }
+  const double an = norm([&](std::size_t k) { return double{a[k]}; });
+  const double mn = m != nullptr ? norm([&](std::size_t k) { return double{(*m)[k]}; }) : 0.0;
+  const AnchorLayout at(n, fresh.size());
+  std::vector<double> bound(at.size());
+  for (std::size_t j = 0; j < n; ++j) {
+    bound[at.e() + j] = to_anchor[j] * to_anchor[j];
+    bound[at.f() + j] = mn * to_anchor[j];
+    bound[at.q() + j] = an * to_anchor[j];
+    bound[at.h() + j] = mn * gradient[j];
+    bound[at.s() + j] = gradient[j] * to_anchor[j];
+    bound[at.r() + j] = an * gradient[j];
+  }
+  bound[at.scalars()] = mn * mn;
+  bound[at.scalars() + 1] = an * mn;
+  bound[at.scalars() + 2] = an * an;
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    const auto t = static_cast<std::size_t>(fresh[k]);
+    for (std::size_t j = 0; j < n; ++j) {
+      bound[at.rows() + k * n + j] = gradient[t] * (to_anchor[t] + to_anchor[j]);
+      bound[at.cols() + k * n + j] = gradient[j] * (to_anchor[j] + to_anchor[t]);
+    }
+  }
+  return bound;
+}
+
+// Rows near a point far from the origin (the proxy points of one round): the
+// products scale with the spread, not with the offset.
+std::vector<float> NearPoint(std::mt19937& rng, std::size_t rows, std::size_t d, float offset) {
+  std::vector<float> v = Normal(rng, rows * d, 0.01);
+  for (float& f : v) f += offset;
+  return v;
+}
+
+// Random points, gradients, anchor and momentum (and no momentum for F <= 1), fp32 and
+// bf16 rows, n = 1, 5, 32, 33 (the first n of 33 rows), F = 0, 1, n fresh slots
+// (F = 32 and 33 take several passes over the rows), d = 1, 1000 and 2^20 + 7
+// (the whole reduction grid, odd): the CPU's products, on the values the
+// device's rows hold.
+//
+// Tolerance: every term is one fp64 rounding of exact differences and products
+// of floats; a sum of N terms in an order of depth h is within h u sum |terms|
+// (u = 2^-53). The device's depth is at most 5 (terms per thread) + 5 + 3 (the
+// block's tree) + 32 + 5 (the blocks); the CPU's, blocks of at most 4096
+// coordinates in order, then at most 512 blocks in order, under 4700. So
+// |device - CPU| < 4800 u sum |terms| < 1e-12 * AnchorMagnitudes(). Worst
+// cases: rounding errors of random signs stay far below.
+TEST_F(CudaPrimitives, AnchorProductsMatchTheCpu) {
+  constexpr std::size_t kAllRows = 33;
+  constexpr double kTolerance = 1e-12;
+  std::mt19937 rng(21);
+  for (const std::size_t d : {std::size_t{1}, std::size_t{1000}, (std::size_t{1} << 20) + 7}) {
+    for (const Storage storage : kStorages) {
+      const std::vector<float> x = AsStored(NearPoint(rng, kAllRows, d, 3.0f), storage);
+      const std::vector<float> g = AsStored(Normal(rng, kAllRows * d), storage);
+      const std::vector<float> a = NearPoint(rng, 1, d, 3.0f);
+      const std::vector<float> m = Normal(rng, d, 0.1);
+      const StoredRows gx = Stored(*gpu_, x, storage);
+      const StoredRows gg = Stored(*gpu_, g, storage);
+      const float* ga = Floats(*gpu_, a);
+      const float* gm = Floats(*gpu_, m);
+      const StoredRows cx = fp32_rows(Floats(*cpu_, x));
+      const StoredRows cg = fp32_rows(Floats(*cpu_, g));
+      const float* ca = Floats(*cpu_, a);
+      const float* cm = Floats(*cpu_, m);
+      for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{32}, kAllRows}) {
+        for (const std::size_t nfresh : {std::size_t{0}, std::size_t{1}, n}) {
+          for (const bool momentum : {true, false}) {
+            if (!momentum && nfresh > 1) continue;  // the fresh products do not read m
+            SCOPED_TRACE("d " + std::to_string(d) + ", " + Name(storage) + ", n " +
+                         std::to_string(n) + ", F " + std::to_string(nfresh) +
+                         (momentum ? "" : ", no momentum"));
+            std::vector<int> fresh(nfresh);  // the last rows first, then from 0
+            for (std::size_t k = 0; k < nfresh; ++k)
+              fresh[k] = static_cast<int>(k == 0 ? n - 1 : k - 1);
+            const AnchorLayout at(n, nfresh);
+            double* g_out = gpu_->doubles(at.size());
+            double* c_out = cpu_->doubles(at.size());
+            gpu_->anchor_products(gx, gg, n, d, ga, momentum ? gm : nullptr, fresh, g_out);
+            cpu_->anchor_products(cx, cg, n, d, ca, momentum ? cm : nullptr, fresh, c_out);
+            const std::vector<double> gpu = Get(*gpu_, g_out, at.size());
+            const std::vector<double> cpu = Get(*cpu_, c_out, at.size());
+            const std::vector<double> bound =
+                AnchorMagnitudes(x, g, a, momentum ? &m : nullptr, n, d, fresh);
+            for (std::size_t i = 0; i < at.size(); ++i) {
+              EXPECT_LE(std::abs(gpu[i] - cpu[i]), kTolerance * bound[i])
+                  << "product " << i << ": " << gpu[i] << " vs the CPU's " << cpu[i];
+            }
+            for (std::size_t k = 0; k < nfresh; ++k) {  // X_t - X_t is exactly 0
+              const auto t = static_cast<std::size_t>(fresh[k]);
+              EXPECT_EQ(gpu[at.rows() + k * n + t], 0.0) << "rows, slot " << t;
+              EXPECT_EQ(gpu[at.cols() + k * n + t], 0.0) << "cols, slot " << t;
+            }
+            if (!momentum) {  // exactly 0, not merely small
+              for (std::size_t j = 0; j < n; ++j) {
+                EXPECT_EQ(gpu[at.f() + j], 0.0) << "f " << j;
+                EXPECT_EQ(gpu[at.h() + j], 0.0) << "h " << j;
+              }
+              EXPECT_EQ(gpu[at.scalars()], 0.0);
+              EXPECT_EQ(gpu[at.scalars() + 1], 0.0);
+            }
+            // The same call again: the same bits (a fixed order of sums).
+            double* again = gpu_->doubles(at.size());
+            gpu_->anchor_products(gx, gg, n, d, ga, momentum ? gm : nullptr, fresh, again);
+            ExpectSameBits(Get(*gpu_, again, at.size()), gpu, "the same call again");
+          }
+        }
+      }
+    }
+  }
+}
+
+// Small integers (|value| <= 8, exact in bf16): every term and every partial
+// sum is an integer below 2^53, so any order of sums gives the exact value,
+// which int64 arithmetic gives here. Nine fresh slots, repeats among them, take
+// two passes over the rows.
+TEST_F(CudaPrimitives, AnchorProductsOfSmallIntegersAreExact) {
+  constexpr std::size_t n = 5;
+  const std::vector<int> fresh = {4, 0, 2, 2, 1, 3, 0, 4, 1};
+  std::mt19937 rng(22);
+  std::uniform_int_distribution<int> small(-8, 8);
+  for (const std::size_t d : {std::size_t{1000}, (std::size_t{1} << 20) + 7}) {
+    for (const Storage storage : kStorages) {
+      SCOPED_TRACE("d " + std::to_string(d) + ", " + Name(storage));
+      const auto integers = [&](std::size_t count) {
+        std::vector<float> v(count);
+        for (float& f : v) f = static_cast<float>(small(rng));
+        return v;
+      };
+      const std::vector<float> x = integers(n * d);
+      const std::vector<float> g = integers(n * d);
+      const std::vector<float> a = integers(d);
+      const std::vector<float> m = integers(d);
+      const auto i64 = [](float f) { return static_cast<std::int64_t>(f); };
+      const AnchorLayout at(n, fresh.size());
+      std::vector<std::int64_t> exact(at.size(), 0);
+      for (std::size_t k = 0; k < d; ++k) {
+        const std::int64_t ak = i64(a[k]);
+        const std::int64_t mk = i64(m[k]);
+        exact[at.scalars()] += mk * mk;
+        exact[at.scalars() + 1] += ak * mk;
+        exact[at.scalars() + 2] += ak * ak;
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::int64_t xj = i64(x[j * d + k]);
+          const std::int64_t gj = i64(g[j * d + k]);
+          exact[at.e() + j] += (ak - xj) * (ak - xj);
+          exact[at.f() + j] += mk * (ak - xj);
+          exact[at.q() + j] += ak * (ak - xj);
+          exact[at.h() + j] += mk * gj;
+          exact[at.s() + j] += gj * (ak - xj);
+          exact[at.r() + j] += ak * gj;
+          for (std::size_t f = 0; f < fresh.size(); ++f) {
+            const auto t = static_cast<std::size_t>(fresh[f]);
+            const std::int64_t xt = i64(x[t * d + k]);
+            const std::int64_t gt = i64(g[t * d + k]);
+            exact[at.rows() + f * n + j] += gt * (xt - xj);
+            exact[at.cols() + f * n + j] += gj * (xj - xt);
+          }
+        }
+      }
+      double* out = gpu_->doubles(at.size());
+      gpu_->anchor_products(Stored(*gpu_, x, storage), Stored(*gpu_, g, storage), n, d,
+                            Floats(*gpu_, a), Floats(*gpu_, m), fresh, out);
+      const std::vector<double> gpu = Get(*gpu_, out, at.size());
+      for (std::size_t i = 0; i < at.size(); ++i)
+        EXPECT_EQ(gpu[i], static_cast<double>(exact[i])) << "product " << i;
+    }
+  }
+}
+
+// A fresh index outside [0, n), a storage mismatch or a null anchor: refused
+// with std::invalid_argument before anything is enqueued, so the output keeps
+// its bits; d = 0: every product is 0, n = 0: the scalars alone.
+TEST_F(CudaPrimitives, AnchorProductsRefuseBadArgumentsAndWriteNothing) {
+  constexpr std::size_t n = 4;
+  constexpr std::size_t d = 300;
+  std::mt19937 rng(23);
+  const StoredRows x = Stored(*gpu_, Normal(rng, n * d), Storage::fp32);
+  const StoredRows g = Stored(*gpu_, Normal(rng, n * d), Storage::fp32);
+  const StoredRows g16 = Stored(*gpu_, Normal(rng, n * d), Storage::bf16);
+  const std::vector<float> a_host = Normal(rng, d);
+  const float* a = Floats(*gpu_, a_host);
+  const std::vector<double> sentinel(AnchorLayout(n, 2).size(), -7.25);
+  double* out = Doubles(*gpu_, sentinel);
+
+  for (const int bad : {4, -1, 1 << 30}) {
+    const std::vector<int> fresh = {1, bad};
+    try {
+      gpu_->anchor_products(x, g, n, d, a, nullptr, fresh, out);
+      ADD_FAILURE() << "fresh index " << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::to_string(bad)));
+    }
+  }
+  const std::vector<int> good = {1, 2};
+  EXPECT_THROW(gpu_->anchor_products(x, g16, n, d, a, nullptr, good, out), std::invalid_argument);
+  EXPECT_THROW(gpu_->anchor_products(x, g, n, d, nullptr, nullptr, good, out),
+               std::invalid_argument);
+  ExpectSameBits(Get(*gpu_, out, sentinel.size()), sentinel, "after the refused calls");
+
+  gpu_->anchor_products(x, g, n, 0, a, nullptr, good, out);
+  ExpectSameBits(Get(*gpu_, out, sentinel.size()), std::vector<double>(sentinel.size(), 0.0),
+                 "d = 0");
+
+  double* scalars = Doubles(*gpu_, {-1.0, -1.0, -1.0});
+  gpu_->anchor_products(x, g, 0, d, a, nullptr, {}, scalars);
+  double anchor_norm = 0.0;
+  for (const float v : a_host) anchor_norm += double{v} * double{v};
+  const std::vector<double> got = Get(*gpu_, scalars, 3);
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_EQ(got[1], 0.0);
+  EXPECT_NEAR(got[2], anchor_norm, 1e-12 * anchor_norm);
+}
+
 // NaN and infinities at the first, a middle and the last coordinate, values
 // above the bound, extreme finite values: the same flags as the CPU's.
 TEST_F(CudaPrimitives, WithinBoundFlagsTheRowsTheCpuFlags) {
