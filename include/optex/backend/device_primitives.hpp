@@ -93,6 +93,24 @@ struct StepChecks {
   double* step_length = nullptr;
 };
 
+// Where anchor_products() puts each product: offsets into its output for n
+// history rows and `fresh` renewed slots (6 n + 3 + 2 n fresh doubles).
+struct AnchorLayout {
+  std::size_t n = 0;
+  std::size_t fresh = 0;
+  AnchorLayout(std::size_t rows, std::size_t renewed) : n(rows), fresh(renewed) {}
+  std::size_t e() const { return 0; }
+  std::size_t f() const { return n; }
+  std::size_t q() const { return 2 * n; }
+  std::size_t h() const { return 3 * n; }
+  std::size_t s() const { return 4 * n; }
+  std::size_t r() const { return 5 * n; }
+  std::size_t scalars() const { return 6 * n; }  // ||m||^2, <a, m>, ||a||^2
+  std::size_t rows() const { return 6 * n + 3; }
+  std::size_t cols() const { return 6 * n + 3 + fresh * n; }
+  std::size_t size() const { return 6 * n + 3 + 2 * fresh * n; }
+};
+
 // A value the host needs, named for fetch(): `count` elements at `device`
 // copied to `host`.
 struct Fetch {
@@ -155,6 +173,25 @@ class DevicePrimitives : public DeviceRows {
   // out[q * nrows + j] = <queries[q], rows[j]> (the new gradient Gram rows).
   virtual void inner_products(StoredRows rows, std::size_t nrows, std::size_t d,
                               std::span<const StoredRows> queries, double* out) = 0;
+  // The anchor products that proxy steps in coefficient space read
+  // (DESIGN.md section 7, "Proxy steps in coefficient space"), in one pass
+  // over the first n rows of points X and gradients G (stored rows, the same
+  // storage), with the anchor a and the momentum buffer m (fp32, d values;
+  // m may be null: its products are then 0). Every product is a sum in fp64
+  // of fp64 terms; each difference is formed per coordinate in fp64 (exact
+  // for fp32 values), so a product scales with the distances among the
+  // points and the anchor, never with their norms. out (AnchorLayout(n, F),
+  // F = fresh.size()):
+  //   e[j] = ||a - X_j||^2      f[j] = <m, a - X_j>     q[j] = <a, a - X_j>
+  //   h[l] = <m, G_l>           s[l] = <G_l, a - X_l>   r[l] = <a, G_l>
+  //   scalars = {||m||^2, <a, m>, ||a||^2}
+  //   for k < F, with t = fresh[k] < n:
+  //     rows[k * n + j] = <G_t, X_t - X_j>,  cols[k * n + l] = <G_l, X_l - X_t>
+  // `fresh` is host memory read at once. The sums' order is fixed (blocks
+  // of coordinates in order), so the bits do not depend on the threads.
+  virtual void anchor_products(StoredRows points, StoredRows gradients, std::size_t n,
+                               std::size_t d, const float* a, const float* m,
+                               std::span<const int> fresh, double* out) = 0;
   // out = {<a,a>, <a,b>, <b,b>, ||a - b||^2} over d.
   virtual void pair_statistics(const float* a, const float* b, std::size_t d, double* out) = 0;
   // out = <a, b>.
