@@ -49,7 +49,13 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
       sums_slack_(kUnderflowPerCoordinate * static_cast<double>(shard.dim)),
       keeps_backup_(!p_->copies_cannot_fail() || shard.sums != nullptr),
       lazy_gram_(options.parallelism == 1 && shard.sums == nullptr),
-      gram_(capacity_) {
+      gram_(capacity_),
+      // Where the options ask for it and the engine could ever take it (the
+      // optimizer's kind and ranges are checked again each round).
+      coefficients_wanted_(options.proxy_distances == ProxyDistances::coefficients &&
+                           shard.sums == nullptr && options.parallelism > 1),
+      fresh_capacity_(std::min<std::size_t>(static_cast<std::size_t>(options.parallelism),
+                                            static_cast<std::size_t>(options.history))) {
   if (!std::isfinite(noise_) || noise_ < 0.0) {
     throw std::invalid_argument("noise: must be finite and >= 0, got " + std::to_string(noise_));
   }
@@ -57,8 +63,9 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
   const std::size_t t0 = capacity_;
   const std::size_t pairs = std::min(n, t0);
   const std::size_t sums = sums_capacity(n, t0);
-  const std::size_t staging =
-      sizeof(double) * ((n - 1) * t0 + (n - 1) + t0 + sums + 2) + sizeof(int) * (2 * n + 4);
+  const std::size_t anchor = coefficients_wanted_ ? AnchorLayout(t0, fresh_capacity_).size() : 0;
+  const std::size_t staging = sizeof(double) * ((n - 1) * t0 + (n - 1) + t0 + sums + 2 + anchor) +
+                              sizeof(int) * (2 * n + 4);
   p_->check_memory(bytes_needed(options), staging,
                    "an engine of dimension " + std::to_string(d_) + ", history " +
                        std::to_string(t0) + " and parallelism " + std::to_string(n));
@@ -82,6 +89,13 @@ DeviceBackend::DeviceBackend(std::unique_ptr<DevicePrimitives> primitives,
   flags_ = p_->ints(n + kMaxStateSlots + 1);
   sums_device_ = p_->doubles(sums);
   staged_norm_ = p_->doubles(2);
+  if (coefficients_wanted_) {
+    anchor_device_ = p_->doubles(AnchorLayout(t0, fresh_capacity_).size());
+    anchor_host_.assign(AnchorLayout(t0, fresh_capacity_).size(), 0.0);
+    pair_products_.assign(t0 * t0, 0.0);
+    pair_known_.assign(t0, 0);
+    fresh_.reserve(t0);
+  }
   gp_rows_.assign(n, 0);
   variance_known_.assign(n, 0);
   weights_host_.assign(std::max<std::size_t>(n - 1, 1) * t0, 0.0);
@@ -122,8 +136,12 @@ std::size_t DeviceBackend::bytes_needed(const Options& options) const {
     const std::size_t sets = options.separates_points_from_rows() ? 2 : 1;
     bytes = add(bytes, mul(mul(sets * (3 * n - 1), d_), sizeof(float)));
   }
-  // The GP's weights, distances and variances, the sums, the staged gradient's norm.
-  return add(bytes, sizeof(double) * (capacity_ * (n + 1) + sums_capacity(n, capacity_) + 2));
+  // The GP's weights, distances and variances, the sums, the staged gradient's
+  // norm, and the anchor products of proxy steps in coefficient space.
+  const std::size_t anchor =
+      coefficients_wanted_ ? AnchorLayout(capacity_, fresh_capacity_).size() : 0;
+  return add(bytes,
+             sizeof(double) * (capacity_ * (n + 1) + sums_capacity(n, capacity_) + 2 + anchor));
 }
 
 BatchRows DeviceBackend::rows_of(Batch& batch) {
@@ -237,6 +255,7 @@ void DeviceBackend::restore(const OptimizerState& state, const GradientHistory& 
   p_->fetch({});  // the sources are the caller's
   gram_ = static_cast<const HistoryGram&>(history);
   stale_.clear();
+  std::fill(pair_known_.begin(), pair_known_.end(), 0);
   backed_up_ = false;
   // Rows that the storage rounds have other distances and inner products than the
   // given ones. Rows it holds exactly (a checkpoint of this storage) keep the given

@@ -3,10 +3,12 @@
 // order, what it stages, restores and validates is written here once; the
 // CPU, CUDA and the tests' deferred and fault-injecting devices differ only
 // in their primitives. DESIGN.md section 7 describes the cut. Defined in
-// three files: device_backend.cpp (construction, host views, restore, the
-// history's statistics), device_backend_ask.cpp (the fit and ask()'s steps)
-// and device_backend_tell.cpp (tell()'s checks, reduction and commit, and
-// observe(), which pushes pairs as a commit does).
+// device_backend.cpp (construction, host views, restore, the history's
+// statistics), device_backend_ask.cpp (the fit and ask()'s steps),
+// device_backend_coefficients.cpp (the GP steps' distances in coefficient
+// space), device_backend_tell.cpp (tell()'s checks, reduction and commit,
+// and observe(), which pushes pairs as a commit does) and
+// device_backend_window.cpp (the verified mode's redone steps).
 // Private to the library.
 #pragma once
 
@@ -14,11 +16,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include <Eigen/Core>
 
+#include "backend/coefficient_steps.hpp"
 #include "optex/backend/device_primitives.hpp"
 #include "optex/backend/engine_backend.hpp"
 
@@ -130,6 +134,21 @@ class DeviceBackend final : public EngineBackend {
   bool check_staged(bool checks_taken);
   // The GP step's distances on a slice: completed across the slices (a wait).
   void complete_query_distances(std::size_t n);
+  // ---- proxy steps in coefficient space (device_backend_coefficients.cpp) ----
+  // Whether this engine's options and optimizer allow them (SGD, one range,
+  // a whole vector, N > 1, Options::proxy_distances).
+  bool coefficients_apply() const;
+  // Proxy point p's squared distances to the n history points into
+  // query_distances_ from the round's anchor products, where the coefficient
+  // path takes this step (it begins at point 0 of an ask() that has not
+  // stepped yet, and follows its own steps); false: the caller measures them.
+  bool coefficient_distances(int p, std::size_t n);
+  // After GP step p's weights were enqueued, before its step: the chain
+  // takes the same step (a wait for the weights).
+  void coefficient_step(int p, std::size_t n);
+  // The round's products: anchor_products() of the iterate and momentum,
+  // with the pair products of the slots renewed since the last round.
+  void compute_anchor_products(std::size_t n);
   // What a commit pushes: the surviving pairs in push order; returns the pushes.
   std::size_t plan_push(std::span<const char> keep);
   void enqueue_backup();
@@ -215,6 +234,23 @@ class DeviceBackend final : public EngineBackend {
   std::vector<double> weights_host_, variances_host_, query_host_;
   std::vector<int> gp_infos_host_;
   std::vector<float> oracle_x_, oracle_g_;
+  // Proxy steps in coefficient space: wanted by the options; the round's
+  // chain (steps taken: coefficient_steps_taken_, -1: not this round); the
+  // products on the host (AnchorLayout, then the pair products by slot,
+  // T0 x T0, valid where pair_known_) and their device buffer, sized for
+  // fresh_capacity_ renewed slots per pass.
+  bool coefficients_wanted_ = false;
+  std::optional<SgdCoefficientSteps> coefficient_steps_;
+  int coefficient_steps_taken_ = -1;
+  AnchorProducts products_;
+  std::vector<double> anchor_host_;
+  double* anchor_device_ = nullptr;
+  std::size_t fresh_capacity_ = 0;
+  std::vector<double> pair_products_;
+  std::vector<char> pair_known_;
+  std::vector<int> fresh_;
+  std::vector<double> distances_host_, rounded_weights_;
+
   // The verified mode's redone steps: the GP weights at the old guess, and the
   // corrected weights put to the device (read when the queue runs: kept here).
   std::vector<double> redo_old_host_, redo_weights_host_;

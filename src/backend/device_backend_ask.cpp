@@ -53,6 +53,7 @@ void DeviceBackend::begin_batch(Batch& batch) {
   p_->copy(x_, rows.points, d_);
   reset_work_state();
   work_state_is_last_ = true;
+  coefficient_steps_taken_ = -1;
   std::fill(gp_rows_.begin(), gp_rows_.end(), 0);
   std::fill(variance_known_.begin(), variance_known_.end(), 0);
   std::fill(variances_host_.begin(), variances_host_.end(), kNaN);
@@ -89,11 +90,14 @@ void DeviceBackend::proxy_step(Batch& batch, int i, ProxySource source,
       // that forms the GP mean and steps with it.
       const std::size_t n = fitted_size_;
       double* w = weights_ + static_cast<std::size_t>(p) * capacity_;
-      const StoredRows query = fp32_rows(x_in);
-      p_->squared_distances(history_x_, n, d_, {&query, 1}, query_distances_);
-      complete_query_distances(n);
+      if (!coefficient_distances(p, n)) {
+        const StoredRows query = fp32_rows(x_in);
+        p_->squared_distances(history_x_, n, d_, {&query, 1}, query_distances_);
+        complete_query_distances(n);
+      }
       p_->gp_weights(query_distances_, n, kernel_, inv_scaled_lengthscale_, w, variances_ + p,
                      gp_infos_ + p);
+      coefficient_step(p, n);
       StepGradient g;
       g.history = history_g_;
       g.weights = w;

@@ -269,6 +269,7 @@ void DeviceBackend::record_pushes(std::size_t pushes, std::size_t size, const do
   const std::size_t pairs = pushes_.size();
   for (std::size_t k = 0; k < pushes; ++k) gram_.advance();
   for (std::size_t k = 0; k < pairs; ++k) {
+    if (!pair_known_.empty()) pair_known_[pushes_[k].slot] = 0;  // renewed: its pair products
     if (lazy_gram_) {
       std::erase(stale_, pushes_[k].slot);  // capacity T0, reserved: no allocation
       stale_.push_back(pushes_[k].slot);
