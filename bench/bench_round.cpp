@@ -63,9 +63,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-void run_rounds(benchmark::State& state, const optex::RoundShape& shape,
-                const optex::Options& base) {
-  optex::RoundRig rig(shape, base);  // the history is full when it returns
+void run_rounds(benchmark::State& state, const optex::RoundShape& shape, const optex::Options& base,
+                const optex::OptimizerRanges& optimizer = optex::Adam{.lr = 1e-3}) {
+  optex::RoundRig rig(shape, base, optimizer);  // the history is full when it returns
   std::vector<double> asks, tells;
   for (auto _ : state) {
     const optex::RoundTimes t = rig.round();
@@ -104,6 +104,18 @@ void BM_RoundOneThread(benchmark::State& state) {
 
 void BM_RoundReference(benchmark::State& state) {
   run_rounds(state, shape_of(state), optex::Options::reference(5));
+}
+
+// SGD with momentum, its GP proxy steps' distances found the direct way (a pass
+// over the history's points per step) and in coefficient space, side by side.
+const optex::Sgd kSgdMomentum{.lr = 1e-3, .momentum = 0.9};
+void BM_RoundSgd(benchmark::State& state) {
+  run_rounds(state, shape_of(state), optex::Options{}, kSgdMomentum);
+}
+void BM_RoundSgdCoefficients(benchmark::State& state) {
+  optex::Options o;
+  o.proxy_distances = optex::ProxyDistances::coefficients;
+  run_rounds(state, shape_of(state), o, kSgdMomentum);
 }
 
 // One Adam step with a given gradient, the memory-bound pass a plain optimizer
@@ -168,6 +180,15 @@ int main(int argc, char** argv) {
   for (const std::int64_t d : {1'000'000, 10'000'000}) {
     for (const std::int64_t n : {2, 16}) {
       configure(benchmark::RegisterBenchmark("BM_Round", BM_Round)->Args({d, 32, n}), d);
+    }
+  }
+  // SGD with momentum: the direct and the coefficient-space distances, N = 2 to 16.
+  for (const std::int64_t d : {1'000'000, 10'000'000}) {
+    for (const std::int64_t n : {2, 4, 8, 16}) {
+      configure(benchmark::RegisterBenchmark("BM_RoundSgd", BM_RoundSgd)->Args({d, 32, n}), d);
+      configure(benchmark::RegisterBenchmark("BM_RoundSgdCoefficients", BM_RoundSgdCoefficients)
+                    ->Args({d, 32, n}),
+                d);
     }
   }
   for (const std::int64_t d : {100'000, 1'000'000, 10'000'000}) {

@@ -76,7 +76,10 @@ Options shape_options(const RoundShape& shape) {
 
 }  // namespace
 
-RoundRig::RoundRig(const RoundShape& shape, const Options& base) {
+RoundRig::RoundRig(const RoundShape& shape, const Options& base)
+    : RoundRig(shape, base, Adam{.lr = kLearningRate}) {}
+
+RoundRig::RoundRig(const RoundShape& shape, const Options& base, const OptimizerRanges& optimizer) {
   Options options = base;
   const Options checked = shape_options(shape);
   options.parallelism = checked.parallelism;
@@ -88,7 +91,7 @@ RoundRig::RoundRig(const RoundShape& shape, const Options& base) {
   const int n = shape.parallelism;
   std::vector<float> x0(d);
   fill_uniform(x0, kPointSeed);
-  engine_ = std::make_unique<Engine>(x0, Adam{.lr = kLearningRate}, options);
+  engine_ = std::make_unique<Engine>(x0, optimizer, options);
   x0 = {};
   gradients_.resize(static_cast<std::size_t>(n) * d);
   fill_uniform(gradients_, kGradientSeed);

@@ -36,6 +36,7 @@
 
 #include "optex/backend/device.hpp"
 #include "optex/engine/options.hpp"
+#include "optex/optimizers/optimizer_ranges.hpp"
 
 namespace optex {
 
@@ -74,7 +75,10 @@ class Engine;
 // (the history is full after them). Throws like measure_round_cost.
 class RoundRig {
  public:
+  // An engine of `base` with the shape's fields, stepping with `optimizer`
+  // (Adam at lr 1e-3 when not given).
   explicit RoundRig(const RoundShape& shape, const Options& base = Options{});
+  RoundRig(const RoundShape& shape, const Options& base, const OptimizerRanges& optimizer);
   ~RoundRig();
   RoundRig(const RoundRig&) = delete;
   RoundRig& operator=(const RoundRig&) = delete;
