@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bindings.hpp"
@@ -285,10 +286,17 @@ Options options_from_dict(py::handle dict, const std::string& name) {
                                   " (not a field of optex.Options)");
     }
   }
+  // Fields added after dicts were first saved: a dict saved before one existed
+  // (a pickle, a torch state_dict) does not have it, and the run it describes
+  // behaved as its default does.
+  constexpr std::array<std::string_view, 1> kAddedLater{"proxy_distances"};
   Options o;
   for (const Field& f : kFields) {
     const std::string where = name + "['" + f.name + "']";
-    if (!fields.contains(f.name)) throw std::invalid_argument(where + ": missing");
+    if (!fields.contains(f.name)) {
+      if (std::find(kAddedLater.begin(), kAddedLater.end(), f.name) != kAddedLater.end()) continue;
+      throw std::invalid_argument(where + ": missing");
+    }
     try {
       f.set(o, fields[f.name]);
     } catch (const py::type_error& e) {

@@ -218,3 +218,26 @@ def test_state_arrays_refuse_a_bad_proxy_distances_value() -> None:
         state["options"]["proxy_distances"] = bad
         with pytest.raises(ValueError, match=message):
             optex.OptEx.from_state_arrays(state)
+
+
+def test_state_arrays_saved_before_proxy_distances_existed_load_as_direct() -> None:
+    """A state dict or pickle from before the option has no such key: the run it describes
+    found its distances the direct way, and it resumes so, the same bits as its twin."""
+    opt = optex.OptEx(X0, optex.Sgd(lr=1e-3, momentum=0.9), parallelism=3)
+    for _ in range(3):
+        losses, grads = problems.Rosenbrock().value_and_grad(opt.ask())
+        opt.tell(grads, losses)
+    state = opt.state_arrays()
+    del state["options"]["proxy_distances"]
+    old = optex.OptEx.from_state_arrays(state)
+    assert old.options.proxy_distances == "direct"
+    twin = optex.OptEx.from_state_arrays(opt.state_arrays())
+    for engine in (old, twin):
+        losses, grads = problems.Rosenbrock().value_and_grad(engine.ask())
+        engine.tell(grads, losses)
+    assert np.array_equal(old.x, twin.x)
+    # Only fields added later may be absent.
+    state = opt.state_arrays()
+    del state["options"]["noise"]
+    with pytest.raises(ValueError, match=r"^options\['noise'\]: missing"):
+        optex.OptEx.from_state_arrays(state)
