@@ -167,6 +167,17 @@ std::vector<Scenario> Scenarios() {
     s.primitives = {"factor", "gp_weights", "pair_statistics", "copy_stored"};
     all.push_back(s);
   }
+  {  // GP steps whose distances come from the anchor products (coefficient
+     // space): the products' pass, the weights' wait between the steps, a
+     // commit that renews slots whose pair products must then be redone.
+    Scenario s = Make("coefficients", 9, Config("sgd_weight_decay", 9));
+    s.options = Small(Options{}, 4, 3);
+    s.options.proxy_distances = optex::ProxyDistances::coefficients;
+    s.nan_round = 3;
+    s.nan_rows = {2};
+    s.primitives = {"anchor_products", "gp_weights", "fetch", "step", "store"};
+    all.push_back(s);
+  }
   {  // N = 1: no proxy step, the statistics left to the first reader.
     Scenario s = Make("n1", 9, Config("sgd_nesterov", 9));
     s.options = Small(Options{}, 1, 3);
