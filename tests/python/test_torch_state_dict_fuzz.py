@@ -46,6 +46,8 @@ ACCEPTED = {
     # (the run is in the approximate mode, whose window is always empty).
     "del ['optex']['engine']['round']['window_carried']",
     "del ['optex']['engine']['round']['window_first_slot']",
+    # States saved before the option existed found their distances the direct way.
+    "del ['optex']['engine']['options']['proxy_distances']",
 }
 
 
