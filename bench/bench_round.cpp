@@ -17,6 +17,10 @@
 //                           (T0 = 50, no lengthscale selection, the commit from
 //                           the last point) at d = 1e5
 //   BM_Round/d/32/2, /16    with N = 4 and 8: how a round grows with N
+//   BM_RoundSgd/d/32/N      SGD with momentum, N = 2 to 16, the proxy steps'
+//                           distances direct (a pass over the history's points
+//                           each) and, BM_RoundSgdCoefficients, in coefficient
+//                           space (one anchor pass per round), side by side
 //   BM_Round/d/32/1         a round that makes no prediction (N = 1), next to
 //   BM_PlainStep/d          one plain fused Adam step (optex::apply_step) on
 //                           every core: what such a round costs beyond the step
