@@ -17,6 +17,7 @@
 
 #include "anchor_products.cuh"
 #include "cuda_check.hpp"
+#include "kernels.cuh"
 #include "optex/backend/device_primitives.hpp"
 
 namespace optex::cuda {
@@ -170,30 +171,6 @@ __global__ void __launch_bounds__(kThreads)
              [rows, j](int i) { return i < kRowSums ? rows.row_sum(i, j) : rows.fresh_sum(i, j); });
 }
 
-// out[row] = sum_b partials[row * blocks + b], fp64, one warp per row: lane l
-// sums b = l, l + 32, ... in order, then the warp sums its lanes in a fixed tree.
-__global__ void __launch_bounds__(kThreads)
-    sum_anchor_partials_kernel(const double* __restrict__ partials, int nrows, int blocks,
-                               double* __restrict__ out) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const long long row = static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (row >= nrows) return;  // whole warps leave together
-  const double* p = partials + static_cast<std::size_t>(row) * static_cast<std::size_t>(blocks);
-  double s = 0.0;
-  for (int b = lane; b < blocks; b += 32) s += p[b];
-  s = warp_sum(s);
-  if (lane == 0) out[row] = s;
-}
-
-void sum_anchor_partials(const double* partials, int nrows, int blocks, double* out,
-                         cudaStream_t stream) {
-  if (nrows <= 0) return;
-  const unsigned grid =
-      static_cast<unsigned>((static_cast<long long>(nrows) + kWarps - 1) / kWarps);
-  sum_anchor_partials_kernel<<<grid, kThreads, 0, stream>>>(partials, nrows, blocks, out);
-  OPTEX_CUDA_CHECK(cudaGetLastError());
-}
-
 }  // namespace
 
 std::size_t anchor_products_partial_rows(std::size_t n, std::size_t nfresh) {
@@ -231,14 +208,13 @@ void anchor_products(const Store* points, const Store* gradients, int n, std::si
     std::size_t base = 0;  // where this pass's fresh partial rows start
     if (first) {
       base = layout.rows();
-      sum_anchor_partials(partials, static_cast<int>(base), blocks, out, stream);
+      sum_partials(partials, static_cast<int>(base), blocks, out, stream);
     }
     const double* fresh_partials = partials + base * static_cast<std::size_t>(blocks);
-    sum_anchor_partials(fresh_partials, static_cast<int>(fresh_rows), blocks,
-                        out + layout.rows() + k0 * nz, stream);
-    sum_anchor_partials(fresh_partials + fresh_rows * static_cast<std::size_t>(blocks),
-                        static_cast<int>(fresh_rows), blocks, out + layout.cols() + k0 * nz,
-                        stream);
+    sum_partials(fresh_partials, static_cast<int>(fresh_rows), blocks,
+                 out + layout.rows() + k0 * nz, stream);
+    sum_partials(fresh_partials + fresh_rows * static_cast<std::size_t>(blocks),
+                 static_cast<int>(fresh_rows), blocks, out + layout.cols() + k0 * nz, stream);
     k0 += static_cast<std::size_t>(pass.count);
     first = false;
   }

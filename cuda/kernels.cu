@@ -110,11 +110,16 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) out[row] = s;
 }
 
+}  // namespace
+
 void sum_partials(const double* partials, int nrows, int blocks, double* out, cudaStream_t stream) {
+  if (nrows <= 0) return;
   sum_partials_kernel<<<static_cast<unsigned>(ceil_div(nrows, kWarps)), kThreads, 0, stream>>>(
       partials, nrows, blocks, out);
   OPTEX_CUDA_CHECK(cudaGetLastError());
 }
+
+namespace {
 
 // ---- squared_distances -------------------------------------------------------
 

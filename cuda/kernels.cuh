@@ -29,6 +29,11 @@ using detail::bf16_bits;
 // outputs are zero (distances, dots) or 1 (rows_finite).
 int reduction_blocks(std::size_t d);
 
+// out[row] = the sum of partials[row * blocks + b] over b < blocks, in fp64 in a
+// fixed order (one warp per row), row < nrows: the second stage of every
+// reduction here and in anchor_products.cu.
+void sum_partials(const double* partials, int nrows, int blocks, double* out, cudaStream_t stream);
+
 // Queries squared_distances takes in one pass over the rows, at most.
 inline constexpr int kDistanceQueriesPerPass = 4;
 
