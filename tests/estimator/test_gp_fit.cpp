@@ -341,7 +341,9 @@ constexpr int kCapacity = 8;  // T0, above every case's pairs
 // The engine's path: the pairs enter a device backend on the CPU's primitives as a commit's
 // pushes do (observe), fit() at the lengthscale, then one GP proxy step from point 0, the
 // iterate, which is the query.
-GpOutcome through_the_backend(const GpCase& c) {
+// A device backend on recording CPU primitives (`record` watches them) with
+// the case's pairs observed, not yet fitted.
+std::unique_ptr<detail::EngineBackend> backend_of(const GpCase& c, RecordingPrimitives*& record) {
   optex::Options options;
   options.parallelism = 2;
   options.history = kCapacity;
@@ -350,12 +352,19 @@ GpOutcome through_the_backend(const GpCase& c) {
   options.input_scaling = c.scaling;
   options.threads = 1;
   auto recording = std::make_unique<RecordingPrimitives>();
-  RecordingPrimitives& record = *recording;
+  record = recording.get();
   const optex::OptimizerRanges sgd =
       optex::OptimizerRanges(optex::Sgd{.lr = 1e-3}).for_dimension(c.dim);
-  const std::unique_ptr<detail::EngineBackend> backend = detail::make_device_backend(
+  std::unique_ptr<detail::EngineBackend> backend = detail::make_device_backend(
       std::move(recording), c.query, sgd, options, optex::CoordinateShard::whole(c.dim));
   backend->observe(c.points, c.gradients);
+  return backend;
+}
+
+GpOutcome through_the_backend(const GpCase& c) {
+  RecordingPrimitives* recorded = nullptr;
+  const std::unique_ptr<detail::EngineBackend> backend = backend_of(c, recorded);
+  RecordingPrimitives& record = *recorded;
   GpOutcome out;
   try {
     out.jitter = backend->fit(c.lengthscale);
@@ -514,19 +523,9 @@ TEST(OneGpPipeline, ALengthscaleNotFiniteAndPositiveIsRefusedKeepingTheFit) {
       EXPECT_TRUE(SameBits(estimator.weights()[j], before.weights[j])) << "weight " << j;
     }
     // The engine's backend: the same refusal, and its fit still serves a GP step.
-    optex::Options options;
-    options.parallelism = 2;
-    options.history = kCapacity;
-    options.kernel = c.kernel;
-    options.noise = c.noise;
-    options.threads = 1;
-    auto recording = std::make_unique<RecordingPrimitives>();
-    RecordingPrimitives& record = *recording;
-    const optex::OptimizerRanges sgd =
-        optex::OptimizerRanges(optex::Sgd{.lr = 1e-3}).for_dimension(c.dim);
-    const std::unique_ptr<detail::EngineBackend> backend = detail::make_device_backend(
-        std::move(recording), c.query, sgd, options, optex::CoordinateShard::whole(c.dim));
-    backend->observe(c.points, c.gradients);
+    RecordingPrimitives* recorded = nullptr;
+    const std::unique_ptr<detail::EngineBackend> backend = backend_of(c, recorded);
+    RecordingPrimitives& record = *recorded;
     (void)backend->fit(c.lengthscale);
     std::string backend_error;
     try {
